@@ -1,0 +1,5 @@
+"""``python -m parley``: the command line."""
+
+from parley.cli import app
+
+app()

@@ -1,0 +1,235 @@
+"""``POST /v1/chat/completions`` (and Chatchat's ``/chat/chat/completions``), streaming and not.
+
+Streaming waits for the model's first output before sending the 200: a failure before
+it is a real HTTP error, never an empty stream. After it, a failure is sent as
+``data: {"error": ...}`` and the stream closes without ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from parley.api.errors import validation_error
+from parley.api.sse import (
+    DONE,
+    KEEPALIVE,
+    STATUS_LLM_END,
+    STATUS_LLM_START,
+    ChunkEncoder,
+    EventStream,
+    usage_to_openai,
+)
+from parley.api.state import AppState
+from parley.api.wire import ChatCompletionRequest, to_turn
+from parley.conversations.generation import Failure, Generation, Item, KeepAlive
+from parley.errors import InvalidRequest, PayloadTooLarge
+from parley.events import (
+    FINISH_REASONS,
+    Done,
+    ReasoningDelta,
+    Status,
+    TextDelta,
+    ToolCallDelta,
+    UsageEvent,
+)
+from parley.messages import ReasoningPart, TextPart, ToolCallPart, Usage
+
+router = APIRouter()
+
+_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": ChatCompletionRequest.model_json_schema()}},
+    }
+}
+
+
+@router.post("/v1/chat/completions", openapi_extra=_OPENAPI, tags=["chat"])
+async def chat_completions(request: Request) -> Response:
+    """OpenAI Chat Completions."""
+    return await _chat(request, compat=False)
+
+
+@router.post("/chat/chat/completions", openapi_extra=_OPENAPI, tags=["chatchat"])
+async def chatchat_completions(request: Request) -> Response:
+    """Langchain-Chatchat's entry: the same, creating unknown conversation ids on first use."""
+    return await _chat(request, compat=True)
+
+
+async def _chat(request: Request, *, compat: bool) -> Response:
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    raw = await read_body(request, state.settings.server.max_body_bytes)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    if compat and not data.get("max_tokens"):
+        data.pop("max_tokens", None)  # Chatchat: 0 or null means the default
+    try:
+        body = ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    turn = to_turn(
+        body,
+        owner=owner,
+        limits=state.settings.chat,
+        tools=state.tools,
+        create_missing=compat,
+    )
+    generation = await state.service.send(turn)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    if body.stream:
+        return await _stream(state, generation, include_usage)
+    return await _collect(generation)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body larger than {limit} bytes")
+        chunks.append(chunk)
+    if not size:
+        raise InvalidRequest("the request body is empty", code="invalid_json")
+    return b"".join(chunks)
+
+
+def _parley(generation: Generation) -> dict[str, Any]:
+    return {"conversation_id": generation.conversation_id, "message_id": generation.message_id}
+
+
+async def _first_output(items: AsyncIterator[Item]) -> Item:
+    """The first item worth a 200 (model output, the end, or a failure)."""
+    while True:
+        item = await anext(items)
+        if not isinstance(item, KeepAlive | Status):
+            return item
+
+
+async def _stream(state: AppState, generation: Generation, include_usage: bool) -> Response:
+    items = generation.items()
+    first = await _first_output(items)
+    if isinstance(first, Failure):
+        raise first.error
+    encoder = ChunkEncoder(
+        completion_id=f"chatcmpl-{generation.message_id}",
+        created=generation.created,
+        model=generation.model.public_name,
+        parley=_parley(generation),
+        message_id=generation.message_id,
+        include_usage=include_usage,
+    )
+    accumulator = generation.accumulator
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield encoder.delta({"role": "assistant", "content": ""}, STATUS_LLM_START)
+        usage: Usage | None = None
+        started_calls: set[int] = set()
+        item: Item = first
+        while True:
+            match item:
+                case TextDelta(text=text):
+                    yield encoder.delta({"content": text})
+                case ReasoningDelta(text=text):
+                    if text:
+                        yield encoder.delta({"reasoning_content": text})
+                case ToolCallDelta(index=index):
+                    call: dict[str, Any] = {"index": index}
+                    if index not in started_calls:
+                        started_calls.add(index)
+                        call["id"] = accumulator.call_id(index)
+                        call["type"] = "function"
+                        call["function"] = {"name": item.name or "", "arguments": item.arguments}
+                    else:
+                        call["function"] = {"arguments": item.arguments}
+                    yield encoder.delta({"tool_calls": [call]})
+                case UsageEvent(usage=event_usage):
+                    usage = event_usage
+                case Done(stop_reason=reason):
+                    yield encoder.finish(FINISH_REASONS[reason])
+                    if include_usage:
+                        yield encoder.usage(usage or Usage())
+                    yield DONE
+                    return
+                case Failure(error=error):
+                    yield encoder.error(error.message, error.type, error.code)
+                    return
+                case KeepAlive():
+                    yield KEEPALIVE
+                case Status():
+                    pass
+            item = await anext(items)
+
+    cancel = state.settings.server.on_disconnect == "cancel"
+
+    def on_close(disconnected: bool) -> None:
+        if disconnected:
+            generation.detach(cancel=cancel)
+
+    return EventStream(frames(), on_close)
+
+
+async def _collect(generation: Generation) -> Response:
+    items = generation.items()
+    usage: Usage | None = None
+    while True:
+        item = await anext(items)
+        if isinstance(item, Failure):
+            raise item.error
+        if isinstance(item, UsageEvent):
+            usage = item.usage
+        if isinstance(item, Done):
+            break
+    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
+    parts = generation.accumulator.parts()
+    text = "".join(p.text for p in parts if isinstance(p, TextPart))
+    reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
+    calls = [p for p in parts if isinstance(p, ToolCallPart)]
+    message["content"] = text if text or not calls else None
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in calls
+        ]
+    body = {
+        "id": f"chatcmpl-{generation.message_id}",
+        "object": "chat.completion",
+        "created": generation.created,
+        "model": generation.model.public_name,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": FINISH_REASONS[item.stop_reason],
+            }
+        ],
+        "usage": usage_to_openai(usage or Usage()),
+        "parley": _parley(generation),
+        "status": STATUS_LLM_END,
+        "message_type": 1,
+        "message_id": generation.message_id,
+    }
+    return Response(orjson.dumps(body), media_type="application/json")

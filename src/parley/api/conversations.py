@@ -1,0 +1,117 @@
+"""``/v1/conversations``: list (newest first, paginated), read, rename, delete.
+
+Another owner's conversation answers 404, exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from parley.api.state import AppState
+from parley.errors import NotFound
+from parley.messages import TextPart, parts_to_json
+from parley.store.repository import StoredConversation, StoredMessage
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+
+class ConversationPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=500)
+
+
+def _not_found(conversation_id: str) -> NotFound:
+    return NotFound(
+        f"conversation {conversation_id!r} not found",
+        param="conversation_id",
+        code="conversation_not_found",
+    )
+
+
+def conversation_json(conversation: StoredConversation) -> dict[str, Any]:
+    return {
+        "id": conversation.id,
+        "object": "conversation",
+        "title": conversation.title,
+        "created_at": conversation.created_at,
+        "updated_at": conversation.updated_at,
+    }
+
+
+def message_json(message: StoredMessage) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "object": "conversation.message",
+        "parent_id": message.parent_id,
+        "role": message.role,
+        "content": "".join(p.text for p in message.parts if isinstance(p, TextPart)),
+        "parts": parts_to_json(message.parts),
+        "status": message.status,
+        "model": message.model,
+        "usage": message.usage,
+        "finish_reason": message.finish_reason,
+        "error": message.error,
+        "created_at": message.created_at,
+        "updated_at": message.updated_at,
+    }
+
+
+@router.get("")
+async def list_conversations(
+    request: Request,
+    limit: int = Query(default=20, ge=1, le=100),
+    after: str | None = Query(default=None, max_length=64),
+) -> dict[str, Any]:
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    rows = await state.conversations.list_conversations(owner, limit=limit + 1, after=after)
+    page = rows[:limit]
+    return {
+        "object": "list",
+        "data": [conversation_json(c) for c in page],
+        "has_more": len(rows) > limit,
+        "last_id": page[-1].id if page else None,
+    }
+
+
+@router.get("/{conversation_id}")
+async def get_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    try:
+        conversation = await state.conversations.get_conversation(owner, conversation_id)
+        messages = await state.conversations.branch(owner, conversation_id)
+    except LookupError:
+        raise _not_found(conversation_id) from None
+    return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
+
+
+@router.patch("/{conversation_id}")
+async def rename_conversation(
+    request: Request, conversation_id: str, patch: ConversationPatch
+) -> dict[str, Any]:
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    try:
+        await state.conversations.rename(owner, conversation_id, patch.title)
+        conversation = await state.conversations.get_conversation(owner, conversation_id)
+    except LookupError:
+        raise _not_found(conversation_id) from None
+    return conversation_json(conversation)
+
+
+@router.delete("/{conversation_id}")
+async def delete_conversation(request: Request, conversation_id: str) -> Response:
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    try:
+        await state.conversations.delete_conversation(owner, conversation_id)
+    except LookupError:
+        raise _not_found(conversation_id) from None
+    body = {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+    return Response(orjson.dumps(body), media_type="application/json")

@@ -1,0 +1,79 @@
+"""Mapping errors to HTTP: the OpenAI error object, the right status, in one place.
+
+``{"error": {"message", "type", "param", "code"}}`` for every failure, including
+unknown routes, wrong methods and request validation. 429 and 503 carry Retry-After.
+Messages never include request headers or provider keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from parley.api.sse import error_body
+from parley.errors import InvalidRequest, ParleyError
+
+log = logging.getLogger(__name__)
+
+
+def error_response(error: ParleyError) -> Response:
+    headers: dict[str, str] = {}
+    if error.retry_after is not None or error.status in (429, 503):
+        headers["retry-after"] = str(max(1, math.ceil(error.retry_after or 1)))
+    return Response(
+        error_body(error.message, error.type, error.code, error.param),
+        status_code=error.status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def validation_error(exc: ValidationError | RequestValidationError) -> InvalidRequest:
+    """The first validation problem, naming the field as ``messages.0.role``."""
+    errors: list[Any] = list(exc.errors())
+    if not errors:
+        return InvalidRequest("invalid request")
+    first = errors[0]
+    location = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
+    # unions add the member's type to the path: keep the field path only
+    location = [part for part in location if part not in _TYPE_TAGS and "[" not in part]
+    param = ".".join(location) or None
+    message = first.get("msg", "invalid value")
+    if param:
+        message = f"{param}: {message}"
+    return InvalidRequest(message, param=param)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ParleyError)
+    async def _parley(_request: Request, exc: ParleyError) -> Response:
+        if exc.status >= 500:
+            log.warning("%s: %s", type(exc).__name__, exc.message)
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> Response:
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> Response:
+        error = ParleyError(str(exc.detail))
+        error.status = exc.status_code
+        error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        error.code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return error_response(error)
+
+    @app.exception_handler(Exception)
+    async def _crash(_request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(ParleyError("internal server error"))

@@ -1,0 +1,23 @@
+"""What the routes reach: the wired object graph, stored on ``app.state.parley``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parley.api.auth import Authenticator
+from parley.conversations.service import ConversationService
+from parley.providers.registry import ProviderRegistry
+from parley.settings import Settings
+from parley.store.repository import ConversationStore, KeyStore
+from parley.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class AppState:
+    settings: Settings
+    auth: Authenticator
+    service: ConversationService
+    conversations: ConversationStore
+    keys: KeyStore
+    registry: ProviderRegistry
+    tools: ToolRegistry

@@ -1,0 +1,317 @@
+"""OpenAI Chat Completions request models and their conversion to a ``ChatTurn``.
+
+Unknown top-level fields are accepted (clients send many). Parley's extension fields
+ride at the top level (the OpenAI SDK's ``extra_body`` lands there): ``conversation_id``
+and ``metadata``; a literal ``extra_body`` object (Langchain-Chatchat) is read too.
+Tools given as full definitions are the client's; plain strings name server tools.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from parley.conversations.service import ChatTurn, ToolAnswer
+from parley.errors import InvalidRequest
+from parley.messages import (
+    ImagePart,
+    Message,
+    Part,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResult,
+    ToolSpec,
+)
+from parley.settings import ChatSettings
+from parley.tools.registry import ToolRegistry
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextContent(_Wire):
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(_Wire):
+    url: str
+    detail: str | None = None
+
+
+class ImageContent(_Wire):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+Content = Annotated[TextContent | ImageContent, Field(discriminator="type")]
+
+
+class FunctionCall(_Wire):
+    name: str
+    arguments: str = ""
+
+
+class WireToolCall(_Wire):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class WireMessage(_Wire):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[Content] | None = None
+    name: str | None = None
+    tool_calls: list[WireToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDefinition(_Wire):
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class WireTool(_Wire):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class StreamOptions(_Wire):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Wire):
+    messages: list[WireMessage]
+    model: str | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    n: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    tools: list[WireTool | str] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    response_format: dict[str, Any] | None = None
+    user: str | None = None
+    parallel_tool_calls: bool | None = None
+    logit_bias: dict[str, float] | None = None
+    # extensions
+    conversation_id: str | None = Field(default=None, min_length=1, max_length=64)
+    metadata: dict[str, Any] | None = None
+    extra_body: dict[str, Any] | None = None
+
+
+_PASSTHROUGH = (
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "response_format",
+    "user",
+    "parallel_tool_calls",
+    "logit_bias",
+)
+
+
+def to_turn(
+    body: ChatCompletionRequest,
+    *,
+    owner: str,
+    limits: ChatSettings,
+    tools: ToolRegistry,
+    create_missing: bool = False,
+) -> ChatTurn:
+    """Validate limits and convert the wire request into the service's ``ChatTurn``."""
+    _check_limits(body, limits)
+    extra = body.extra_body or {}
+    conversation_id = body.conversation_id or _str_or_none(extra.get("conversation_id"))
+    messages, trailing, orphans = to_messages(body.messages)
+    max_tokens = body.max_completion_tokens or body.max_tokens or None
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    options = {
+        name: getattr(body, name) for name in _PASSTHROUGH if getattr(body, name) is not None
+    }
+    client_tools, server_tools = _tool_specs(body.tools or [], tools)
+    return ChatTurn(
+        owner=owner,
+        model=body.model,
+        messages=messages,
+        trailing_answers=trailing,
+        orphan_answers=orphans,
+        conversation_id=conversation_id,
+        create_missing=create_missing,
+        tools=client_tools,
+        server_tools=server_tools,
+        tool_choice=_tool_choice(body.tool_choice),
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        stop=stop,
+        options=options,
+    )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _check_limits(body: ChatCompletionRequest, limits: ChatSettings) -> None:
+    if len(body.messages) > limits.max_messages:
+        raise InvalidRequest(
+            f"too many messages ({len(body.messages)} > {limits.max_messages})", param="messages"
+        )
+    for index, message in enumerate(body.messages):
+        size = _content_chars(message.content)
+        if size > limits.max_message_chars:
+            raise InvalidRequest(
+                f"message too long ({size} > {limits.max_message_chars} characters)",
+                param=f"messages.{index}.content",
+                code="message_too_long",
+            )
+    if body.n is not None and body.n > 1:
+        raise InvalidRequest("only n=1 is supported", param="n", code="unsupported_value")
+    if body.tools is not None and len(body.tools) > limits.max_tools:
+        raise InvalidRequest(
+            f"too many tools ({len(body.tools)} > {limits.max_tools})", param="tools"
+        )
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(body, name)
+        if value is not None and value > limits.max_tokens_limit:
+            raise InvalidRequest(
+                f"{name} is larger than this server allows ({limits.max_tokens_limit})",
+                param=name,
+            )
+    stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
+    if len(stops) > 4:
+        raise InvalidRequest("at most 4 stop sequences", param="stop")
+
+
+def _content_chars(content: str | list[Content] | None) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(c.text) if isinstance(c, TextContent) else len(c.image_url.url) for c in content)
+
+
+def to_messages(
+    wire: list[WireMessage],
+) -> tuple[tuple[Message, ...], tuple[ToolAnswer, ...], tuple[ToolAnswer, ...]]:
+    """Wire messages -> neutral messages, with tool results folded into their calls.
+
+    Returns (messages, trailing tool results, orphan tool results).
+    """
+    messages: list[Message] = []
+    orphans: list[ToolAnswer] = []
+    trailing: list[ToolAnswer] = []
+    call_owner: dict[str, int] = {}
+    for index, item in enumerate(wire):
+        if item.role == "tool":
+            answer = ToolAnswer(
+                call_id=item.tool_call_id or "",
+                content=_text_of(item.content),
+                param=f"messages.{index}.tool_call_id",
+            )
+            if not answer.call_id:
+                raise InvalidRequest("tool messages need tool_call_id", param=answer.param)
+            trailing.append(answer)
+            position = call_owner.get(answer.call_id)
+            if position is None:
+                orphans.append(answer)
+                continue
+            owner = messages[position]
+            messages[position] = Message(
+                owner.role,
+                tuple(
+                    p.answered(ToolResult(answer.content))
+                    if isinstance(p, ToolCallPart) and p.id == answer.call_id
+                    else p
+                    for p in owner.parts
+                ),
+                owner.name,
+            )
+            continue
+        trailing = []
+        role: Role = "system" if item.role == "developer" else item.role
+        parts: list[Part] = _content_parts(item.content, index)
+        if item.role == "assistant":
+            for call in item.tool_calls or ():
+                parts.append(ToolCallPart(call.id, call.function.name, call.function.arguments))
+                call_owner[call.id] = len(messages)
+        elif item.tool_calls:
+            raise InvalidRequest(
+                "only assistant messages carry tool_calls", param=f"messages.{index}.tool_calls"
+            )
+        messages.append(Message(role, tuple(parts), item.name))
+    return tuple(messages), tuple(trailing), tuple(orphans)
+
+
+def _content_parts(content: str | list[Content] | None, index: int) -> list[Part]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(content)] if content else []
+    parts: list[Part] = []
+    for item in content:
+        if isinstance(item, TextContent):
+            parts.append(TextPart(item.text))
+        else:
+            url = item.image_url.url
+            if not url.startswith(("http://", "https://", "data:image/")):
+                raise InvalidRequest(
+                    "image_url must be an http(s) or data:image URL",
+                    param=f"messages.{index}.content",
+                )
+            parts.append(ImagePart(url, item.image_url.detail))
+    return parts
+
+
+def _text_of(content: str | list[Content] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(c.text for c in content if isinstance(c, TextContent))
+
+
+def _tool_specs(
+    tools: list[WireTool | str], registry: ToolRegistry
+) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]:
+    """(client tools, server tools named by plain strings)."""
+    specs: list[ToolSpec] = []
+    server: list[ToolSpec] = []
+    for index, tool in enumerate(tools):
+        if isinstance(tool, str):
+            spec = registry.spec(tool)
+            if spec is None:
+                raise InvalidRequest(
+                    f"unknown server tool {tool!r}",
+                    param=f"tools.{index}",
+                    code="unknown_tool",
+                )
+            server.append(spec)
+        else:
+            function = tool.function
+            specs.append(
+                ToolSpec(
+                    function.name,
+                    function.description or "",
+                    function.parameters or {"type": "object", "properties": {}},
+                )
+            )
+    return tuple(specs), tuple(server)
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """A bare tool name becomes the OpenAI object (the Chatchat convention)."""
+    if isinstance(choice, str) and choice not in ("auto", "none", "required"):
+        return {"type": "function", "function": {"name": choice}}
+    return choice

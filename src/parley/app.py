@@ -1,0 +1,91 @@
+"""``create_app(settings)``: the one place the parts are wired together.
+
+Start-up creates the data folder and the database engine, applies migrations, marks
+messages left ``streaming`` by a crash as ``interrupted``, and builds the providers.
+Shutdown gives running generations a grace period, then cancels and saves them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+
+from parley import __version__
+from parley.api import chat, conversations, errors, models
+from parley.api.auth import Authenticator
+from parley.api.state import AppState
+from parley.conversations.service import ConversationService
+from parley.providers.registry import build_registry
+from parley.settings import Settings
+from parley.store.database import create_engine, migrate
+from parley.store.repository import ConversationStore, KeyStore
+from parley.tools.registry import ToolRegistry
+
+log = logging.getLogger("parley")
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings)
+        await migrate(engine)
+        conversation_store = ConversationStore(engine)
+        interrupted = await conversation_store.interrupt_streaming()
+        if interrupted:
+            log.warning("marked %d message(s) left streaming as interrupted", interrupted)
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(600.0, connect=10.0),
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            follow_redirects=False,
+        )
+        registry = build_registry(settings, client)
+        keys = KeyStore(engine)
+        service = ConversationService(settings, conversation_store, registry)
+        app.state.parley = AppState(
+            settings=settings,
+            auth=Authenticator(
+                keys, allow_loopback_without_keys=settings.auth.allow_loopback_without_keys
+            ),
+            service=service,
+            conversations=conversation_store,
+            keys=keys,
+            registry=registry,
+            tools=ToolRegistry(),
+        )
+        any_key, _ = await keys.lookup("")
+        if not any_key:
+            log.warning(
+                "no API keys exist: serving loopback clients only "
+                "(create one with `parley keys create`)"
+            )
+        try:
+            yield
+        finally:
+            await service.shutdown(SHUTDOWN_GRACE_SECONDS)
+            await registry.aclose()
+            await client.aclose()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Parley",
+        version=__version__,
+        description="A self-hosted agentic chat server with an OpenAI-compatible API.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.include_router(chat.router)
+    app.include_router(models.router)
+    app.include_router(conversations.router)
+
+    @app.get("/health", tags=["health"])
+    async def health(request: Request) -> dict[str, Any]:
+        return {"status": "ok", "version": __version__}
+
+    return app

@@ -1,0 +1,204 @@
+"""The command line: ``parley serve | chat | keys | migrate``.
+
+Every command takes its settings from ``--config`` (or ``PARLEY_CONFIG``) and the
+environment, like the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from parley import __version__
+from parley.settings import Settings, load_settings
+from parley.store.repository import KeyStore
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="Parley: a self-hosted agentic chat server with an OpenAI-compatible API.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+keys_app = typer.Typer(help="Manage API keys (stored as hashes).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+console = Console()
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML settings file (default: $PARLEY_CONFIG)."),
+]
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except FileNotFoundError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--config") from None
+    except ValueError as exc:
+        console.print(f"[red]invalid settings:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"parley {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Parley: a self-hosted agentic chat server with an OpenAI-compatible API."""
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8000].")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run the server."""
+    import uvicorn
+
+    from parley.app import create_app
+
+    settings = _settings(config)
+    if host is not None:
+        settings.server.host = host
+    if port is not None:
+        settings.server.port = port
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.basicConfig(
+        level=settings.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    providers = ", ".join(f"{p.name} ({p.kind})" for p in settings.effective_providers())
+    console.print(
+        f"Parley {__version__} on http://{settings.server.host}:{settings.server.port} "
+        f"- providers: {providers} - data: {settings.data_dir}"
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level,
+        loop="uvloop",
+        http="httptools",
+        timeout_graceful_shutdown=15,
+    )
+
+
+@app.command()
+def chat(
+    url: Annotated[
+        str, typer.Option(help="Base URL of a running Parley server.")
+    ] = "http://127.0.0.1:8000/v1",
+    model: Annotated[str | None, typer.Option(help="Model name or alias.")] = None,
+    api_key: Annotated[
+        str, typer.Option(envvar="PARLEY_API_KEY", help="API key (not needed on loopback).")
+    ] = "parley",
+    conversation: Annotated[str | None, typer.Option(help="Continue this conversation id.")] = None,
+    system: Annotated[str | None, typer.Option(help="A system prompt.")] = None,
+) -> None:
+    """Chat with a running server in the terminal (streaming, Markdown rendered)."""
+    from parley.terminal import run_chat
+
+    raise typer.Exit(run_chat(url, model, api_key, conversation, system))
+
+
+@app.command("migrate")
+def migrate_command(config: ConfigOption = None) -> None:
+    """Apply database migrations (the server also does this at start-up)."""
+    from parley.store.database import create_engine, migrate
+
+    settings = _settings(config)
+
+    async def run() -> None:
+        engine = create_engine(settings)
+        try:
+            await migrate(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    console.print(f"database at {settings.database_url.split('://')[0]} is up to date")
+
+
+def _with_keys(config: Path | None, call: Callable[[KeyStore], Awaitable[T]]) -> T:
+    from parley.store.database import create_engine, migrate
+
+    settings = _settings(config)
+
+    async def run() -> T:
+        engine = create_engine(settings)
+        try:
+            await migrate(engine)
+            return await call(KeyStore(engine))
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+@keys_app.command("create")
+def keys_create(
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
+    owner: Annotated[
+        str, typer.Option(help="Owner whose conversations the key reaches.")
+    ] = "local",
+    config: ConfigOption = None,
+) -> None:
+    """Create a key and print it once. From now on every request needs a key."""
+    from parley.api.auth import new_key
+
+    key, key_hash, prefix = new_key()
+    _with_keys(config, lambda keys: keys.create(owner, name, key_hash, prefix))
+    console.print(key, soft_wrap=True, highlight=False)
+    console.print(f"[dim]owner {owner}, name {name}; it is shown only now.[/dim]", highlight=False)
+
+
+@keys_app.command("list")
+def keys_list(config: ConfigOption = None) -> None:
+    """List keys (prefixes only; keys themselves are not stored)."""
+    keys = _with_keys(config, lambda keys: keys.list())
+    table = Table("id", "prefix", "owner", "name", "created", "revoked")
+    for key in keys:
+        table.add_row(
+            key.id,
+            key.prefix + "...",
+            key.owner,
+            key.name,
+            _when(key.created_at),
+            _when(key.revoked_at) if key.revoked_at else "",
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id or prefix, from `keys list`.")],
+    config: ConfigOption = None,
+) -> None:
+    """Revoke a key; it stops working on the next request."""
+    count = _with_keys(config, lambda keys: keys.revoke(key_id))
+    if not count:
+        console.print(f"[red]no active key {key_id!r}[/red]")
+        raise typer.Exit(1)
+    console.print(f"revoked {count} key(s)")
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

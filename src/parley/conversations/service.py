@@ -1,0 +1,214 @@
+"""The conversation service: turns a chat request into a stored, running generation.
+
+Stateless and stateful in one call. Without ``conversation_id`` the request's messages
+are the whole history and are all recorded in a new conversation. With it, the stored
+branch is the history and the request's last message (or its trailing tool results,
+which answer the stored assistant's calls) is the new turn. The user message is saved
+before generation starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from parley.conversations.generation import Generation
+from parley.errors import InvalidRequest, NotFound
+from parley.messages import Message, Part, ToolCallPart, ToolResult, ToolSpec
+from parley.providers.protocol import ModelRequest
+from parley.providers.registry import ProviderRegistry
+from parley.settings import Settings
+from parley.store.repository import ConversationStore, NewMessage, StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnswer:
+    """A client's result for a tool call (a ``tool`` message)."""
+
+    call_id: str
+    content: str
+    param: str
+    """Where it came from in the request, for error messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    owner: str
+    model: str | None
+    messages: tuple[Message, ...]
+    """The request's messages, neutral (client tool results folded into their calls)."""
+    trailing_answers: tuple[ToolAnswer, ...] = ()
+    """The tool results that end the request (after its last non-tool message)."""
+    orphan_answers: tuple[ToolAnswer, ...] = ()
+    """Tool results that answer no call in the request's own messages."""
+    conversation_id: str | None = None
+    create_missing: bool = False
+    tools: tuple[ToolSpec, ...] = ()
+    """The client's tools: calls to them end the turn with ``tool_calls``."""
+    server_tools: tuple[ToolSpec, ...] = ()
+    """Server tools named by the request; the agent loop runs them."""
+    tool_choice: str | dict[str, Any] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class ConversationService:
+    def __init__(
+        self, settings: Settings, store: ConversationStore, registry: ProviderRegistry
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._registry = registry
+        self._running: set[Generation] = set()
+
+    async def shutdown(self, grace_seconds: float) -> None:
+        """Let running generations finish for ``grace_seconds``, then cancel the rest."""
+        running = list(self._running)
+        if not running:
+            return
+        _, pending = await asyncio.wait(
+            [asyncio.ensure_future(g.wait()) for g in running], timeout=grace_seconds
+        )
+        for generation in running:
+            generation.detach(cancel=True)
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    async def send(self, turn: ChatTurn) -> Generation:
+        """Save the new turn, start generating, and return the running generation."""
+        model = self._registry.resolve(turn.model)
+        if turn.conversation_id is not None and not turn.create_missing:
+            history, new, updates = await self._continue(turn)
+            create = False
+        elif turn.conversation_id is not None:
+            try:
+                history, new, updates = await self._continue(turn)
+                create = False
+            except NotFound:
+                history, new, updates = [], list(turn.messages), {}
+                create = True
+        else:
+            if turn.orphan_answers:
+                answer = turn.orphan_answers[0]
+                raise InvalidRequest(
+                    f"tool result for unknown call id {answer.call_id!r}", param=answer.param
+                )
+            history, new, updates = [], list(turn.messages), {}
+            create = False
+        if not any(m.role != "system" for m in history + new):
+            raise InvalidRequest("messages must contain a non-system message", param="messages")
+
+        rows = [NewMessage(m.role, m.parts) for m in new]
+        rows.append(NewMessage("assistant", (), status="streaming", model=model.public_name))
+        title = _title(new)
+        ids = await self._store.start_turn(
+            turn.owner,
+            turn.conversation_id,
+            rows,
+            create=create,
+            title=title if (create or turn.conversation_id is None) else None,
+            update_parts=updates,
+        )
+        tools = turn.tools if model.provider.supports_tools else ()
+        request = ModelRequest(
+            model=model.model,
+            messages=tuple(history + new),
+            tools=tools,
+            tool_choice=turn.tool_choice if tools else None,
+            max_tokens=turn.max_tokens
+            or model.max_tokens
+            or self._settings.chat.default_max_tokens,
+            temperature=turn.temperature if turn.temperature is not None else model.temperature,
+            top_p=turn.top_p,
+            stop=turn.stop,
+            options=turn.options,
+        )
+        generation = Generation(
+            store=self._store,
+            model=model,
+            request=request,
+            conversation_id=ids.conversation_id,
+            message_id=ids.message_ids[-1],
+            checkpoint_seconds=self._settings.chat.checkpoint_seconds,
+            keepalive_seconds=self._settings.server.keepalive_seconds,
+        )
+        generation.start()
+        self._running.add(generation)
+        generation.on_finished(self._running.discard)
+        return generation
+
+    async def _continue(
+        self, turn: ChatTurn
+    ) -> tuple[list[Message], list[Message], dict[str, tuple[Part, ...]]]:
+        assert turn.conversation_id is not None
+        try:
+            stored = await self._store.branch(turn.owner, turn.conversation_id)
+        except LookupError:
+            raise NotFound(
+                f"conversation {turn.conversation_id!r} not found",
+                param="conversation_id",
+                code="conversation_not_found",
+            ) from None
+        history = [Message(m.role, m.parts) for m in stored if _usable(m)]
+        updates: dict[str, tuple[Part, ...]] = {}
+        if turn.trailing_answers:
+            history, updates = _answer_calls(stored, history, turn.trailing_answers)
+            return history, [], updates
+        if not turn.messages:
+            raise InvalidRequest("messages must not be empty", param="messages")
+        last = turn.messages[-1]
+        if last.role != "user":
+            raise InvalidRequest(
+                "with conversation_id, the last message must be the new user message "
+                "or tool results",
+                param=f"messages.{len(turn.messages) - 1}.role",
+            )
+        return history, [last], updates
+
+
+def _usable(message: StoredMessage) -> bool:
+    """Stored messages that become model context: anything with content."""
+    return bool(message.parts)
+
+
+def _answer_calls(
+    stored: list[StoredMessage], history: list[Message], answers: tuple[ToolAnswer, ...]
+) -> tuple[list[Message], dict[str, tuple[Part, ...]]]:
+    """Attach client tool results to the stored assistant calls they answer."""
+    by_call: dict[str, ToolAnswer] = {a.call_id: a for a in answers}
+    target = next((m for m in reversed(stored) if m.role == "assistant" and m.parts), None)
+    if target is None:
+        answer = answers[0]
+        raise InvalidRequest(
+            f"tool result for unknown call id {answer.call_id!r}", param=answer.param
+        )
+    known = {p.id for p in target.parts if isinstance(p, ToolCallPart)}
+    for answer in answers:
+        if answer.call_id not in known:
+            raise InvalidRequest(
+                f"tool result for unknown call id {answer.call_id!r}", param=answer.param
+            )
+    parts = tuple(
+        replace(p, result=ToolResult(by_call[p.id].content))
+        if isinstance(p, ToolCallPart) and p.id in by_call
+        else p
+        for p in target.parts
+    )
+    index = max(i for i, m in enumerate(stored) if m.id == target.id)
+    usable = [m for m in stored if _usable(m)]
+    position = next(i for i, m in enumerate(usable) if m.id == stored[index].id)
+    history = list(history)
+    history[position] = Message("assistant", parts)
+    return history, {target.id: parts}
+
+
+def _title(messages: list[Message]) -> str | None:
+    for message in messages:
+        if message.role == "user" and message.text.strip():
+            line = message.text.strip().splitlines()[0]
+            return line[:80]
+    return None

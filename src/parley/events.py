@@ -1,0 +1,74 @@
+"""Stream events: what a provider yields and what the service hands to the HTTP edge.
+
+A provider's stream is a sequence of these events ending in exactly one ``Done`` (or an
+exception from ``errors``). The agent loop and the SSE encoder ``match`` on ``kind``.
+
+Stop reasons are neutral: ``end_turn``, ``tool_use``, ``max_tokens``, ``stop_sequence``,
+``content_filtered``. The OpenAI and Anthropic adapters map their own names onto these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from parley.messages import Usage
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    signature: str | None = None
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call; fragments with the same ``index`` belong together."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Progress that is not model output (thinking, tool started, retrying ...)."""
+
+    name: str
+    detail: str = ""
+    kind: Literal["status"] = "status"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    usage: Usage
+    kind: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    stop_reason: StopReason
+    kind: Literal["done"] = "done"
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Status | UsageEvent | Done
+
+FINISH_REASONS: dict[StopReason, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "content_filtered": "content_filter",
+}
+"""Neutral stop reason -> OpenAI ``finish_reason``."""

@@ -1,0 +1,93 @@
+"""Shared HTTP handling for upstream adapters: error bodies, Retry-After, transport faults.
+
+Upstream error bodies are summarised, never echoed whole, and request headers (which
+carry provider keys) are never part of a message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import httpx
+import orjson
+
+from parley.errors import ProviderError, is_retryable_status
+
+_MAX_ERROR_BODY = 16 * 1024
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+async def error_from_response(provider: str, response: httpx.Response) -> ProviderError:
+    """Read (a bounded part of) an error response and turn it into a ProviderError."""
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= _MAX_ERROR_BODY:
+            break
+    detail = _error_message(body[:_MAX_ERROR_BODY])
+    status = response.status_code
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    retry_after_ms = parse_retry_after(response.headers.get("retry-after-ms"))
+    if retry_after is None and retry_after_ms is not None:
+        retry_after = retry_after_ms / 1000
+    if status in (401, 403):
+        message = f"upstream {provider!r} rejected Parley's credentials ({status}): {detail}"
+    else:
+        message = f"upstream {provider!r} answered {status}: {detail}"
+    return ProviderError(
+        message,
+        provider=provider,
+        upstream_status=status,
+        retryable=is_retryable_status(status),
+        retry_after=retry_after,
+    )
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", errors="replace").strip()
+        return text[:500] or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("detail") or error
+            return str(message)[:500]
+        return str(error)[:500]
+    return str(data)[:500]
+
+
+def transport_error(provider: str, exc: httpx.HTTPError) -> ProviderError:
+    """A connection-level failure: no usable response came back."""
+    if isinstance(exc, httpx.TimeoutException):
+        error = ProviderError(
+            f"upstream {provider!r} timed out ({type(exc).__name__})",
+            provider=provider,
+            retryable=True,
+            code="upstream_timeout",
+        )
+        error.status = 504
+        return error
+    return ProviderError(
+        f"could not reach upstream {provider!r}: {type(exc).__name__}: {exc}",
+        provider=provider,
+        retryable=True,
+        code="upstream_unreachable",
+    )

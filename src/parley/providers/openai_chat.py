@@ -1,0 +1,250 @@
+"""OpenAI-compatible Chat Completions upstreams (OpenAI, vLLM, Ollama, llama.cpp, DeepSeek ...).
+
+Raw httpx and our own SSE decoder rather than the ``openai`` SDK: the SDK builds a
+pydantic object per chunk, which is most of a relay's CPU. Always streams; reasoning is
+read from ``reasoning_content`` or ``reasoning``, and ``<think>`` handling is left to the
+layers above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from parley.errors import ProviderError
+from parley.events import (
+    Done,
+    Event,
+    ReasoningDelta,
+    StopReason,
+    TextDelta,
+    ToolCallDelta,
+    UsageEvent,
+)
+from parley.messages import ImagePart, Message, TextPart, ToolCallPart, Usage
+from parley.providers.http import error_from_response, transport_error
+from parley.providers.protocol import ModelRequest
+from parley.providers.sse import iter_sse
+from parley.settings import ProviderSettings
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filtered",
+}
+
+
+class OpenAIChatProvider:
+    supports_tools = True
+
+    def __init__(self, config: ProviderSettings, client: httpx.AsyncClient) -> None:
+        self.name = config.name
+        self._config = config
+        self._client = client
+        self._url = (config.base_url or "https://api.openai.com/v1").rstrip("/")
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if config.api_key is not None:
+            headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+        headers.update(config.headers)
+        self._headers = headers
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
+        body = orjson.dumps(request_body(request))
+        try:
+            async with self._client.stream(
+                "POST", f"{self._url}/chat/completions", content=body, headers=self._headers
+            ) as response:
+                if response.status_code >= 400:
+                    raise await error_from_response(self.name, response)
+                async for event in self._events(response):
+                    yield event
+        except httpx.HTTPError as exc:
+            raise transport_error(self.name, exc) from exc
+
+    async def _events(self, response: httpx.Response) -> AsyncIterator[Event]:
+        stop: StopReason | None = None
+        usage: Usage | None = None
+        async for _, data in iter_sse(response.aiter_bytes()):
+            if data == "[DONE]":
+                break
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                raise ProviderError(
+                    f"upstream sent malformed JSON in its stream: {data[:200]!r}",
+                    provider=self.name,
+                    code="upstream_malformed",
+                ) from None
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk and not chunk.get("choices"):
+                error = chunk["error"]
+                message = error.get("message") if isinstance(error, dict) else str(error)
+                raise ProviderError(
+                    f"upstream error mid-stream: {message}", provider=self.name, retryable=True
+                )
+            raw_usage = chunk.get("usage")
+            if raw_usage:
+                usage = usage_from_openai(raw_usage)
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if reasoning:
+                    yield ReasoningDelta(reasoning)
+                content = delta.get("content")
+                if content:
+                    yield TextDelta(content)
+                for call in delta.get("tool_calls") or ():
+                    function = call.get("function") or {}
+                    yield ToolCallDelta(
+                        index=call.get("index", 0),
+                        id=call.get("id"),
+                        name=function.get("name"),
+                        arguments=function.get("arguments") or "",
+                    )
+                finish = choice.get("finish_reason")
+                if finish:
+                    stop = _STOP_REASONS.get(finish, "end_turn")
+        if stop is None:
+            raise ProviderError(
+                "upstream stream ended without a finish reason",
+                provider=self.name,
+                retryable=True,
+                code="upstream_incomplete",
+            )
+        if usage is not None:
+            yield UsageEvent(usage)
+        yield Done(stop)
+
+    async def list_models(self) -> list[str]:
+        if self._config.models or not self._config.list_upstream_models:
+            return list(self._config.models)
+        try:
+            response = await self._client.get(
+                f"{self._url}/models", headers=self._headers, timeout=5.0
+            )
+            if response.status_code != 200:
+                return []
+            data = response.json().get("data") or []
+            return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+        except (httpx.HTTPError, ValueError):
+            return []
+
+    async def aclose(self) -> None:
+        return None
+
+
+def request_body(request: ModelRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": to_openai_messages(request.messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+        if request.tool_choice is not None:
+            body["tool_choice"] = request.tool_choice
+    body.update(request.options)
+    return body
+
+
+def to_openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Neutral messages -> Chat Completions messages.
+
+    An assistant message whose parts run text, tool calls, text, tool calls ... becomes
+    one assistant message per step, each followed by its answered calls' tool messages.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role != "assistant":
+            out.append(_plain_message(message))
+            continue
+        text: list[str] = []
+        calls: list[ToolCallPart] = []
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                if calls:
+                    _flush_step(out, text, calls)
+                    text, calls = [], []
+                text.append(part.text)
+            elif isinstance(part, ToolCallPart):
+                calls.append(part)
+        _flush_step(out, text, calls)
+    return out
+
+
+def _flush_step(out: list[dict[str, Any]], text: list[str], calls: list[ToolCallPart]) -> None:
+    if not text and not calls:
+        return
+    entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
+    if calls:
+        entry["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in calls
+        ]
+    out.append(entry)
+    for call in calls:
+        if call.result is not None:
+            out.append({"role": "tool", "tool_call_id": call.id, "content": call.result.content})
+
+
+def _plain_message(message: Message) -> dict[str, Any]:
+    has_images = any(isinstance(p, ImagePart) for p in message.parts)
+    entry: dict[str, Any] = {"role": message.role}
+    if message.name:
+        entry["name"] = message.name
+    if not has_images:
+        entry["content"] = message.text
+        return entry
+    content: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            image: dict[str, Any] = {"url": part.url}
+            if part.detail:
+                image["detail"] = part.detail
+            content.append({"type": "image_url", "image_url": image})
+    entry["content"] = content
+    return entry
+
+
+def usage_from_openai(raw: dict[str, Any]) -> Usage:
+    completion_details = raw.get("completion_tokens_details") or {}
+    prompt_details = raw.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+        cached_input_tokens=int(prompt_details.get("cached_tokens") or 0),
+    )

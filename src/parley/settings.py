@@ -1,0 +1,211 @@
+"""The one Settings object, from a YAML file and the environment.
+
+Precedence, highest first: keyword arguments, ``PARLEY_*`` environment variables (nested
+keys joined by ``__``, e.g. ``PARLEY_SERVER__PORT=9000``), the YAML file (``--config`` or
+``PARLEY_CONFIG``), then the defaults written here. The well-known provider variables
+``OPENAI_BASE_URL``/``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` add
+a provider named ``openai`` or ``anthropic`` unless the file already defines one by that
+name. With no provider at all, the embedded local model is the provider.
+
+This is the only module that reads the environment. ``examples/parley.yaml`` documents
+every key.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+ProviderKind = Literal["openai", "anthropic", "local", "scripted"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProviderSettings(_Section):
+    name: str
+    kind: ProviderKind
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    models: list[str] = Field(
+        default_factory=list,
+        description="Models this provider serves. Empty: any name is passed through.",
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: float = 600.0
+    connect_timeout_seconds: float = 10.0
+    list_upstream_models: bool = True
+    # local provider only
+    model_path: str | None = None
+    context_tokens: int = 4096
+    threads: int | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not value or "/" in value:
+            raise ValueError("provider names are non-empty and contain no '/'")
+        return value
+
+
+class ModelAlias(_Section):
+    provider: str
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    description: str | None = None
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 10 * 1024 * 1024
+    keepalive_seconds: float = 15.0
+    on_disconnect: Literal["continue", "cancel"] = "continue"
+    log_level: str = "info"
+
+
+class ChatSettings(_Section):
+    default_max_tokens: int = 4096
+    checkpoint_seconds: float = 1.0
+    max_messages: int = 10_000
+    max_message_chars: int = 2_000_000
+    max_tools: int = 128
+    max_tokens_limit: int = 1_000_000
+
+
+class AuthSettings(_Section):
+    allow_loopback_without_keys: bool = True
+
+
+class DatabaseSettings(_Section):
+    url: str | None = Field(
+        default=None, description="SQLAlchemy async URL. Default: SQLite in data_dir."
+    )
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+    busy_timeout_ms: int = 10_000
+    echo: bool = False
+
+
+def default_data_dir() -> Path:
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "parley"
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "parley"
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "parley"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_", env_nested_delimiter="__", extra="forbid", yaml_file=None
+    )
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    default_model: str | None = None
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    chat: ChatSettings = Field(default_factory=ChatSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    providers: list[ProviderSettings] = Field(default_factory=list)
+    models: dict[str, ModelAlias] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = settings_cls.model_config.get("yaml_file") or os.environ.get("PARLEY_CONFIG")
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        names = [p.name for p in self.providers]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ValueError(f"duplicate provider names: {sorted(duplicates)}")
+        for alias, target in self.models.items():
+            if target.provider not in names and target.provider not in _env_provider_names():
+                raise ValueError(
+                    f"model alias {alias!r} names unknown provider {target.provider!r}"
+                )
+        return self
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite+aiosqlite:///{self.data_dir / 'parley.db'}"
+
+    def effective_providers(self) -> list[ProviderSettings]:
+        """Configured providers, plus those from the well-known variables, else local."""
+        providers = list(self.providers)
+        names = {p.name for p in providers}
+        for env_provider in _env_providers():
+            if env_provider.name not in names:
+                providers.append(env_provider)
+        if not providers:
+            providers.append(ProviderSettings(name="local", kind="local"))
+        return providers
+
+
+def _env_provider_names() -> set[str]:
+    return {p.name for p in _env_providers()}
+
+
+def _env_providers() -> list[ProviderSettings]:
+    found: list[ProviderSettings] = []
+    openai_url = os.environ.get("OPENAI_BASE_URL")
+    openai_key = os.environ.get("OPENAI_API_KEY")
+    if openai_url or openai_key:
+        found.append(
+            ProviderSettings(
+                name="openai",
+                kind="openai",
+                base_url=openai_url or "https://api.openai.com/v1",
+                api_key=SecretStr(openai_key) if openai_key else None,
+            )
+        )
+    anthropic_key = os.environ.get("ANTHROPIC_API_KEY")
+    if anthropic_key:
+        found.append(
+            ProviderSettings(
+                name="anthropic",
+                kind="anthropic",
+                base_url=os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
+                api_key=SecretStr(anthropic_key),
+            )
+        )
+    return found
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build the Settings; ``config_file`` wins over ``PARLEY_CONFIG``."""
+    path = config_file or (
+        Path(os.environ["PARLEY_CONFIG"]) if os.environ.get("PARLEY_CONFIG") else None
+    )
+    if path is None:
+        return Settings(**overrides)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(yaml_file=str(path))
+
+    return FileSettings(**overrides)

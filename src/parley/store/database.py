@@ -1,0 +1,57 @@
+"""The database engine: creation, SQLite pragmas, and migrations at start-up.
+
+SQLite runs in WAL mode. ``synchronous`` defaults to NORMAL: in WAL mode a commit is
+durable against a crash of Parley itself (the WAL is written before the commit
+returns); only a power loss or OS crash can lose the last commits, never corrupt the
+file. FULL also fsyncs the WAL on every commit, for machines where that matters. Set
+``database.sqlite_synchronous`` to choose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from parley.settings import Settings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def create_engine(settings: Settings) -> AsyncEngine:
+    url = settings.database_url
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, echo=settings.database.echo, connect_args={"timeout": 30})
+        synchronous = settings.database.sqlite_synchronous
+        busy_timeout = settings.database.busy_timeout_ms
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
+
+
+def _upgrade(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Apply every pending migration."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade)

@@ -1,0 +1,91 @@
+"""Shared fixtures: a mock OpenAI upstream and a real Parley server in front of it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.support.mock_openai import MockOpenAI
+from tests.support.server import ParleyServer
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[MockOpenAI]:
+    with MockOpenAI() as mock:
+        yield mock
+
+
+@pytest.fixture(autouse=True)
+def _fresh_upstream(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts with an empty script and an empty request log."""
+    if "upstream" not in request.fixturenames:
+        yield
+        return
+    mock = request.getfixturevalue("upstream")
+    if isinstance(mock, MockOpenAI):
+        mock.reset()
+    yield
+
+
+def server_config(upstream: MockOpenAI, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "providers": [
+            {
+                "name": "mock",
+                "kind": "openai",
+                "base_url": upstream.base_url,
+                "api_key": "sk-upstream-secret",
+            },
+            {
+                "name": "dead",
+                "kind": "openai",
+                "base_url": "http://127.0.0.1:9/v1",
+                "models": ["dead-model"],
+                "connect_timeout_seconds": 2,
+            },
+        ],
+        "models": {"fast": {"provider": "mock", "model": "mock-model"}},
+        "default_model": "fast",
+        "chat": {"checkpoint_seconds": 0.2},
+        "server": {"keepalive_seconds": 1.0},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    return config
+
+
+@pytest.fixture(scope="session")
+def parley(
+    upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ParleyServer]:
+    server = ParleyServer(tmp_path_factory.mktemp("parley"), server_config(upstream))
+    with server:
+        yield server
+
+
+@pytest.fixture
+def client(parley: ParleyServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{parley.url}/v1", api_key="sk-anything", max_retries=0)
+
+
+def db_rows(db_path: Path, query: str, *args: Any) -> list[sqlite3.Row]:
+    """Read the server's SQLite database directly (WAL allows a concurrent reader)."""
+    connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    connection.row_factory = sqlite3.Row
+    try:
+        return list(connection.execute(query, args))
+    finally:
+        connection.close()

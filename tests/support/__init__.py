@@ -1,0 +1,1 @@
+"""Test helpers: mock upstreams and fixtures shared by test modules."""

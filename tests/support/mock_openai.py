@@ -1,0 +1,211 @@
+"""A real OpenAI-compatible upstream for tests: an HTTP server on loopback, scripted per test.
+
+Tests queue replies (``queue_text``, ``queue_tool_calls``, ``queue_error``, ``queue_raw``)
+and read what the server received (``requests``). Each reply streams pre-encoded SSE
+bytes exactly as given, so a test can split frames at any byte, cut the connection,
+or stay silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Reply:
+    frames: list[bytes] = field(default_factory=list)
+    delay: float = 0.0
+    """Seconds between frames."""
+    first_delay: float = 0.0
+    """Seconds before the first frame (or before the error response)."""
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
+    """Drop the connection (no clean end) after this many frames."""
+
+
+class _Cut(Exception):
+    pass
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "mock-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    return f"data: {payload}\n\n".encode()
+
+
+def usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "mock-model",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+def text_frames(
+    pieces: list[str],
+    *,
+    finish: str = "stop",
+    prompt_tokens: int = 11,
+    reasoning: list[str] | None = None,
+    done: bool = True,
+) -> list[bytes]:
+    frames = [sse(chunk({"role": "assistant", "content": ""}))]
+    frames += [sse(chunk({"reasoning_content": r})) for r in reasoning or []]
+    frames += [sse(chunk({"content": p})) for p in pieces]
+    frames.append(sse(chunk({}, finish)))
+    frames.append(sse(usage(prompt_tokens, len(pieces))))
+    if done:
+        frames.append(b"data: [DONE]\n\n")
+    return frames
+
+
+class MockOpenAI:
+    def __init__(self, models: list[str] | None = None) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.models = models or ["mock-model", "mock-large"]
+        self.connections_closed = 0
+        self._replies: deque[Reply] = deque()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # --- scripting ----------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget queued replies and received requests."""
+        self._replies.clear()
+        self.requests.clear()
+        self.headers.clear()
+
+    def queue(self, reply: Reply) -> None:
+        self._replies.append(reply)
+
+    def queue_text(self, *pieces: str, delay: float = 0.0, **kwargs: Any) -> None:
+        self.queue(Reply(frames=text_frames(list(pieces), **kwargs), delay=delay))
+
+    def queue_tool_calls(self, calls: list[tuple[str, str, str]], *, split: int = 7) -> None:
+        """Stream tool calls (id, name, arguments), the arguments in pieces of ``split``."""
+        frames = [sse(chunk({"role": "assistant", "content": None}))]
+        for index, (call_id, name, arguments) in enumerate(calls):
+            first = {"index": index, "id": call_id, "type": "function"}
+            first["function"] = {"name": name, "arguments": ""}
+            frames.append(sse(chunk({"tool_calls": [first]})))
+            for start in range(0, len(arguments), split):
+                piece = {
+                    "index": index,
+                    "function": {"arguments": arguments[start : start + split]},
+                }
+                frames.append(sse(chunk({"tool_calls": [piece]})))
+        frames.append(sse(chunk({}, "tool_calls")))
+        frames.append(sse(usage(20, 9)))
+        frames.append(b"data: [DONE]\n\n")
+        self.queue(Reply(frames=frames))
+
+    def queue_error(
+        self, status: int, message: str = "mock failure", headers: dict[str, str] | None = None
+    ) -> None:
+        body = orjson.dumps({"error": {"message": message, "type": "mock", "code": None}})
+        self.queue(Reply(status=status, body=body, headers=headers or {}))
+
+    def queue_raw(self, frames: list[bytes], **kwargs: Any) -> None:
+        self.queue(Reply(frames=frames, **kwargs))
+
+    # --- server -------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> MockOpenAI:
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            threading.Event().wait(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        assert self._thread is not None
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+        )
+
+    async def _chat(self, request: Request) -> Response:
+        self.requests.append(orjson.loads(await request.body()))
+        self.headers.append(dict(request.headers))
+        if not self._replies:
+            return JSONResponse({"error": {"message": "no reply scripted"}}, status_code=500)
+        reply = self._replies.popleft()
+        if reply.first_delay and reply.status != 200:
+            await asyncio.sleep(reply.first_delay)
+        if reply.status != 200:
+            return Response(
+                reply.body,
+                status_code=reply.status,
+                headers=reply.headers,
+                media_type="application/json",
+            )
+        return StreamingResponse(self._frames(reply), media_type="text/event-stream")
+
+    async def _frames(self, reply: Reply) -> AsyncIterator[bytes]:
+        try:
+            if reply.first_delay:
+                await asyncio.sleep(reply.first_delay)
+            for index, frame in enumerate(reply.frames):
+                if reply.cut_after is not None and index >= reply.cut_after:
+                    raise _Cut()
+                if index and reply.delay:
+                    await asyncio.sleep(reply.delay)
+                yield frame
+        finally:
+            self.connections_closed += 1
+
+
+def split_every(data: bytes, size: int) -> Iterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
