@@ -38,6 +38,9 @@ class ProviderSettings(_Section):
     kind: ProviderKind
     base_url: str | None = None
     api_key: SecretStr | None = None
+    api_key_env: str | None = Field(
+        default=None, description="Read the key from this environment variable instead."
+    )
     models: list[str] = Field(
         default_factory=list,
         description="Models this provider serves. Empty: any name is passed through.",
@@ -57,6 +60,14 @@ class ProviderSettings(_Section):
         if not value or "/" in value:
             raise ValueError("provider names are non-empty and contain no '/'")
         return value
+
+    @model_validator(mode="after")
+    def _key_from_environment(self) -> ProviderSettings:
+        if self.api_key is None and self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if value:
+                self.api_key = SecretStr(value)
+        return self
 
 
 class ModelAlias(_Section):

@@ -8,6 +8,7 @@ empty name is the configured ``default_model``. Anything else is a clear 404.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -121,17 +122,21 @@ class ProviderRegistry:
 
         for alias in self._aliases:
             add(alias, "parley")
-        for provider_name in self._order:
-            names = self._fixed[provider_name]
-            if not names:
-                try:
-                    names = await self._providers[provider_name].list_models()
-                except httpx.HTTPError:
-                    names = []
+        listed = await asyncio.gather(*(self._names(name) for name in self._order))
+        for provider_name, names in zip(self._order, listed, strict=True):
             for model in names:
                 add(f"{provider_name}/{model}", provider_name)
         self._listing = (now, listing)
         return listing
+
+    async def _names(self, provider_name: str) -> list[str]:
+        fixed = self._fixed[provider_name]
+        if fixed:
+            return fixed
+        try:
+            return await self._providers[provider_name].list_models()
+        except httpx.HTTPError:
+            return []
 
     async def aclose(self) -> None:
         for provider in self._providers.values():
