@@ -1,0 +1,131 @@
+"""The conversation service and generation task, with the scripted provider and real SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from parley.conversations.generation import Failure, Generation, KeepAlive
+from parley.conversations.service import ChatTurn, ConversationService
+from parley.errors import InvalidRequest, NotFound, ProviderError
+from parley.events import Done, TextDelta
+from parley.messages import TextPart, text_message
+from parley.providers.registry import ProviderRegistry
+from parley.providers.scripted import ScriptedProvider
+from parley.settings import ProviderSettings, Settings
+from parley.store.database import create_engine, migrate
+from parley.store.repository import ConversationStore
+
+pytestmark = pytest.mark.anyio
+
+World = tuple[ConversationService, ScriptedProvider, ConversationStore]
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    settings = Settings(data_dir=tmp_path, chat={"checkpoint_seconds": 0.05})  # type: ignore[arg-type]
+    engine = create_engine(settings)
+    await migrate(engine)
+    store = ConversationStore(engine)
+    provider = ScriptedProvider()
+    registry = ProviderRegistry(
+        [(ProviderSettings(name="scripted", kind="scripted"), provider)], {}, None
+    )
+    yield ConversationService(settings, store, registry), provider, store
+    await engine.dispose()
+
+
+async def drain(generation: Generation) -> list[object]:
+    return [item async for item in generation.items() if not isinstance(item, KeepAlive)]
+
+
+def turn(text: str, conversation_id: str | None = None) -> ChatTurn:
+    return ChatTurn(
+        owner="me",
+        model="scripted",
+        messages=(text_message("user", text),),
+        conversation_id=conversation_id,
+    )
+
+
+async def test_turn_is_saved_and_continued(world: World) -> None:
+    service, provider, store = world
+    provider.say("hello there")
+    generation = await service.send(turn("hi"))
+    items = await drain(generation)
+    assert isinstance(items[-1], Done)
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "hello there"
+    branch = await store.branch("me", generation.conversation_id)
+    assert [(m.role, m.status) for m in branch] == [("user", "complete"), ("assistant", "complete")]
+
+    provider.say("again")
+    second = await service.send(turn("more", generation.conversation_id))
+    await drain(second)
+    assert [m.text for m in provider.requests[-1].messages] == ["hi", "hello there", "more"]
+    with pytest.raises(NotFound):
+        await service.send(turn("x", "conv_nope"))
+    other = ChatTurn(
+        owner="someone else",
+        model="scripted",
+        messages=(text_message("user", "x"),),
+        conversation_id=generation.conversation_id,
+    )
+    with pytest.raises(NotFound):
+        await service.send(other)
+
+
+async def test_failure_before_output_marks_failed(world: World) -> None:
+    service, provider, store = world
+    provider.queue(ProviderError("nope", provider="scripted", upstream_status=503))
+    generation = await service.send(turn("hi"))
+    items = await drain(generation)
+    assert isinstance(items[-1], Failure)
+    assert items[-1].error.status == 503
+    branch = await store.branch("me", generation.conversation_id)
+    assert [m.status for m in branch] == ["complete", "failed"]
+
+
+async def test_failure_after_output_keeps_partial_text(world: World) -> None:
+    service, provider, store = world
+    provider.queue(TextDelta("par"), TextDelta("tial"), ProviderError("cut", provider="s"))
+    generation = await service.send(turn("hi"))
+    await drain(generation)
+    branch = await store.branch("me", generation.conversation_id)
+    assert branch[-1].status == "incomplete"
+    assert branch[-1].parts == (TextPart("partial"),)
+
+
+async def test_checkpoints_then_cancel_saves_interrupted(world: World) -> None:
+    service, provider, store = world
+    provider.queue(TextDelta("a"), 0.2, TextDelta("b"), 5.0, Done("end_turn"))
+    generation = await service.send(turn("hi"))
+    await asyncio.sleep(0.5)
+    branch = await store.branch("me", generation.conversation_id)
+    assert branch[-1].status == "streaming"
+    assert branch[-1].parts == (TextPart("ab"),)  # checkpointed while streaming
+    generation.detach(cancel=True)
+    await asyncio.wait_for(asyncio.gather(generation.wait(), return_exceptions=True), 5)
+    branch = await store.branch("me", generation.conversation_id)
+    assert branch[-1].status == "interrupted"
+    assert branch[-1].parts == (TextPart("ab"),)
+
+
+async def test_shutdown_cancels_after_grace(world: World) -> None:
+    service, provider, store = world
+    provider.queue(TextDelta("slow"), 30.0, Done("end_turn"))
+    generation = await service.send(turn("hi"))
+    await asyncio.sleep(0.05)
+    await service.shutdown(grace_seconds=0.1)
+    branch = await store.branch("me", generation.conversation_id)
+    assert branch[-1].status == "interrupted"
+
+
+async def test_system_only_is_rejected(world: World) -> None:
+    service, _, _ = world
+    with pytest.raises(InvalidRequest):
+        await service.send(
+            ChatTurn(owner="me", model="scripted", messages=(text_message("system", "s"),))
+        )

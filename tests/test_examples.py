@@ -1,0 +1,70 @@
+"""Everything in examples/ runs as written, against a real server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.mock_openai import MockOpenAI
+from tests.support.server import ParleyServer
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def test_chat_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
+    upstream.queue_text("Blue.")
+    upstream.queue_text("Green", ".")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "chat.py")],
+        env={**parley.env, "PARLEY_URL": f"{parley.url}/v1", "PARLEY_MODEL": "fast"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "reply: Blue." in result.stdout
+    assert "stream: Green." in result.stdout
+    assert "usage: " in result.stdout
+    assert upstream.requests[1]["messages"][-1]["content"] == "And another one?"
+    assert len(upstream.requests[1]["messages"]) == 3
+
+
+def test_curl_sh(parley: ParleyServer, upstream: MockOpenAI) -> None:
+    upstream.queue_text("Hello", "!")
+    result = subprocess.run(
+        ["bash", str(EXAMPLES / "curl.sh")],
+        env={**parley.env, "PARLEY": parley.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert "data: [DONE]" in lines
+    listing = json.loads(lines[-1])
+    assert listing["object"] == "list"
+    assert listing["data"][0]["title"] == "Say hello"
+
+
+def test_example_config_serves(tmp_path: Path) -> None:
+    server = ParleyServer(tmp_path, {})
+    server.config_path.write_text((EXAMPLES / "parley.yaml").read_text())
+    with server:
+        result = server.cli("keys", "list")
+        assert result.returncode == 0, result.stderr
+
+
+def test_version_and_help() -> None:
+    version = subprocess.run(
+        [sys.executable, "-m", "parley", "--version"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.startswith("parley ")
+    helptext = subprocess.run(
+        [sys.executable, "-m", "parley", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--port" in helptext.stdout
