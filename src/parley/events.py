@@ -1,7 +1,8 @@
 """Stream events: what a provider yields and what the service hands to the HTTP edge.
 
 A provider's stream is a sequence of these events ending in exactly one ``Done`` (or an
-exception from ``errors``). The agent loop and the SSE encoder ``match`` on ``kind``.
+exception from ``errors``); the service's stream ends in ``Done`` or ``StreamError``.
+The agent loop and the SSE encoder ``match`` on ``kind``.
 
 Stop reasons are neutral: ``end_turn``, ``tool_use``, ``max_tokens``, ``stop_sequence``,
 ``content_filtered``. The OpenAI and Anthropic adapters map their own names onto these.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from parley.errors import ParleyError
 from parley.messages import Usage
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered"]
@@ -62,7 +64,15 @@ class Done:
     kind: Literal["done"] = "done"
 
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Status | UsageEvent | Done
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """The stream failed; nothing follows. Providers raise, the service emits this."""
+
+    error: ParleyError
+    kind: Literal["error"] = "error"
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Status | UsageEvent | Done | StreamError
 
 FINISH_REASONS: dict[StopReason, str] = {
     "end_turn": "stop",

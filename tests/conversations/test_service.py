@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from parley.conversations.generation import Failure, Generation, KeepAlive
+from parley.conversations.generation import Generation, KeepAlive
 from parley.conversations.service import ChatTurn, ConversationService
 from parley.errors import InvalidRequest, NotFound, ProviderError
-from parley.events import Done, TextDelta
+from parley.events import Done, StreamError, TextDelta
 from parley.messages import TextPart, text_message
 from parley.providers.registry import ProviderRegistry
 from parley.providers.scripted import ScriptedProvider
@@ -82,7 +82,7 @@ async def test_failure_before_output_marks_failed(world: World) -> None:
     provider.queue(ProviderError("nope", provider="scripted", upstream_status=503))
     generation = await service.send(turn("hi"))
     items = await drain(generation)
-    assert isinstance(items[-1], Failure)
+    assert isinstance(items[-1], StreamError)
     assert items[-1].error.status == 503
     branch = await store.branch("me", generation.conversation_id)
     assert [m.status for m in branch] == ["complete", "failed"]

@@ -27,13 +27,14 @@ from parley.api.sse import (
 )
 from parley.api.state import AppState
 from parley.api.wire import ChatCompletionRequest, to_turn
-from parley.conversations.generation import Failure, Generation, Item, KeepAlive
+from parley.conversations.generation import Generation, Item, KeepAlive
 from parley.errors import InvalidRequest, PayloadTooLarge
 from parley.events import (
     FINISH_REASONS,
     Done,
     ReasoningDelta,
     Status,
+    StreamError,
     TextDelta,
     ToolCallDelta,
     UsageEvent,
@@ -124,7 +125,7 @@ async def _first_output(items: AsyncIterator[Item]) -> Item:
 async def _stream(state: AppState, generation: Generation, include_usage: bool) -> Response:
     items = generation.items()
     first = await _first_output(items)
-    if isinstance(first, Failure):
+    if isinstance(first, StreamError):
         raise first.error
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
@@ -166,7 +167,7 @@ async def _stream(state: AppState, generation: Generation, include_usage: bool) 
                         yield encoder.usage(usage or Usage())
                     yield DONE
                     return
-                case Failure(error=error):
+                case StreamError(error=error):
                     yield encoder.error(error.message, error.type, error.code)
                     return
                 case KeepAlive():
@@ -189,7 +190,7 @@ async def _collect(generation: Generation) -> Response:
     usage: Usage | None = None
     while True:
         item = await anext(items)
-        if isinstance(item, Failure):
+        if isinstance(item, StreamError):
             raise item.error
         if isinstance(item, UsageEvent):
             usage = item.usage

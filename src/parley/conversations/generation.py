@@ -6,8 +6,8 @@ Persistence rules: partial output is checkpointed at most every ``checkpoint_sec
 the final state is written once, *before* the end of the stream is handed to the
 client, so whatever a client saw as complete is in the database.
 
-Channel items are ``events.Event`` values, then either ``Done`` or a ``Failure``, then
-nothing more.
+Channel items are ``events.Event`` values (and ``KeepAlive``), ending with ``Done`` or
+``StreamError``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from parley.agent.stream import StreamAccumulator
 from parley.errors import Overloaded, ParleyError, ProviderError
-from parley.events import FINISH_REASONS, Done, Event, Status
+from parley.events import FINISH_REASONS, Done, Event, Status, StreamError
 from parley.messages import MessageStatus, Part
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
@@ -30,18 +30,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """The generation failed; ``error`` says how. Always the last item."""
-
-    error: ParleyError
-
-
-@dataclass(frozen=True, slots=True)
 class KeepAlive:
     """Nothing was emitted for a while: the edge may send a keep-alive comment."""
 
 
-Item = Event | Failure | KeepAlive
+Item = Event | KeepAlive
 
 
 class Generation:
@@ -90,7 +83,7 @@ class Generation:
         while True:
             item = await self._queue.get()
             yield item
-            if isinstance(item, Done | Failure):
+            if isinstance(item, Done | StreamError):
                 return
 
     def on_finished(self, callback: Callable[[Generation], None]) -> None:
@@ -140,14 +133,14 @@ class Generation:
             error = exc
         except asyncio.CancelledError:
             await asyncio.shield(self._finish("interrupted", None))
-            self._emit(Failure(ParleyError("the generation was cancelled", code="cancelled")))
+            self._emit(StreamError(ParleyError("the generation was cancelled", code="cancelled")))
             raise
         except Exception as exc:  # a bug in an adapter must not leave the row streaming
             log.exception("generation %s crashed", self.message_id)
             error = ParleyError(f"internal error during generation: {type(exc).__name__}")
         if error is not None:
             status: MessageStatus = "incomplete" if accumulator.has_output else "failed"
-            await self._close(status, error, Failure(error))
+            await self._close(status, error, StreamError(error))
         else:
             assert done is not None
             await self._close("complete", None, done)
@@ -161,7 +154,7 @@ class Generation:
         except Exception:
             log.exception("saving the final state of %s failed", self.message_id)
             failure = Overloaded("the reply could not be saved; try again", retry_after=1)
-            self._emit(Failure(failure))
+            self._emit(StreamError(failure))
             return
         self._emit(last)
 
