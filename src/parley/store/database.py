@@ -9,6 +9,8 @@ file. FULL also fsyncs the WAL on every commit, for machines where that matters.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,21 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from parley.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+WRITE_OPTION = "parley_write"
+
+
+@asynccontextmanager
+async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A transaction that will write: on SQLite it begins IMMEDIATE."""
+    async with engine.connect() as connection:
+        await connection.execution_options(**{WRITE_OPTION: True})
+        async with connection.begin():
+            yield connection
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
@@ -33,12 +45,22 @@ def create_engine(settings: Settings) -> AsyncEngine:
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            # We emit BEGIN ourselves (below), so that writes can take the lock up front.
+            dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout)}")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _begin(connection: Connection) -> None:
+            # A write transaction takes the write lock at BEGIN: a deferred transaction
+            # that reads first and writes later can fail with SQLITE_BUSY at once when
+            # another writer committed in between, whatever the busy timeout.
+            immediate = connection.get_execution_options().get(WRITE_OPTION)
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
     return create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
@@ -53,5 +75,5 @@ def _upgrade(connection: Connection) -> None:
 
 async def migrate(engine: AsyncEngine) -> None:
     """Apply every pending migration."""
-    async with engine.begin() as connection:
+    async with write_transaction(engine) as connection:
         await connection.run_sync(_upgrade)

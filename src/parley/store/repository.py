@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from parley.ids import new_id
 from parley.messages import MessageStatus, Part, Role, parts_from_json, parts_to_json
+from parley.store.database import write_transaction
 from parley.store.schema import api_keys, conversations, messages
 
 
@@ -93,7 +94,7 @@ class ConversationStore:
         (tool results a client sends for calls stored earlier).
         """
         now = time.time()
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             if conversation_id is None or create:
                 conversation_id = conversation_id or new_id("conv")
                 parent_id: str | None = None
@@ -161,7 +162,7 @@ class ConversationStore:
 
     async def checkpoint(self, message_id: str, parts: tuple[Part, ...]) -> None:
         """Save partial assistant output of a streaming message."""
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             await conn.execute(
                 update(messages)
                 .where(messages.c.id == message_id, messages.c.status == "streaming")
@@ -182,7 +183,7 @@ class ConversationStore:
     ) -> None:
         """Write the assistant message's final state, once."""
         now = time.time()
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             await conn.execute(
                 update(messages)
                 .where(messages.c.id == message_id)
@@ -204,7 +205,7 @@ class ConversationStore:
 
     async def interrupt_streaming(self) -> int:
         """At start-up: messages left ``streaming`` by a crash become ``interrupted``."""
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             result = await conn.execute(
                 update(messages)
                 .where(messages.c.status == "streaming")
@@ -271,7 +272,7 @@ class ConversationStore:
         return [_conversation(row._mapping) for row in rows]
 
     async def rename(self, owner: str, conversation_id: str, title: str) -> None:
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             result = await conn.execute(
                 update(conversations)
                 .where(conversations.c.id == conversation_id, conversations.c.owner == owner)
@@ -281,7 +282,7 @@ class ConversationStore:
             raise LookupError(conversation_id)
 
     async def delete_conversation(self, owner: str, conversation_id: str) -> None:
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             await conn.execute(
                 delete(messages).where(
                     messages.c.conversation_id == conversation_id, messages.c.owner == owner
@@ -304,7 +305,7 @@ class KeyStore:
 
     async def create(self, owner: str, name: str, key_hash: str, prefix: str) -> StoredKey:
         key = StoredKey(new_id("key"), owner, name, prefix, time.time(), None)
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             await conn.execute(
                 api_keys.insert().values(
                     id=key.id,
@@ -325,7 +326,7 @@ class KeyStore:
         ]
 
     async def revoke(self, key_id_or_prefix: str) -> int:
-        async with self._engine.begin() as conn:
+        async with write_transaction(self._engine) as conn:
             result = await conn.execute(
                 update(api_keys)
                 .where(
