@@ -7,7 +7,6 @@ import asyncio
 import httpx
 import openai
 import pytest
-
 from tests.conftest import db_rows
 from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from parley.conversations.generation import Generation, KeepAlive
+from parley.conversations.generation import Generation
 from parley.conversations.service import ChatTurn, ConversationService
 from parley.errors import InvalidRequest, NotFound, ProviderError
-from parley.events import Done, StreamError, TextDelta
+from parley.events import Done, Event, StreamError, TextDelta
 from parley.messages import TextPart, text_message
 from parley.providers.registry import ProviderRegistry
 from parley.providers.scripted import ScriptedProvider
@@ -38,8 +38,21 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     await engine.dispose()
 
 
-async def drain(generation: Generation) -> list[object]:
-    return [item async for item in generation.items() if not isinstance(item, KeepAlive)]
+async def run(service: ConversationService, turn: ChatTurn) -> tuple[Generation, list[Event]]:
+    """Prepare and start a turn; return it and the events its sink received."""
+    generation = await service.prepare(turn)
+    events: list[Event] = []
+
+    async def sink(event: Event) -> None:
+        events.append(event)
+
+    service.start(generation, sink)
+    return generation, events
+
+
+async def drain(generation: Generation, events: list[Event]) -> list[Event]:
+    await generation.wait()
+    return events
 
 
 def turn(text: str, conversation_id: str | None = None) -> ChatTurn:
@@ -54,19 +67,19 @@ def turn(text: str, conversation_id: str | None = None) -> ChatTurn:
 async def test_turn_is_saved_and_continued(world: World) -> None:
     service, provider, store = world
     provider.say("hello there")
-    generation = await service.send(turn("hi"))
-    items = await drain(generation)
+    generation, generation_events = await run(service, turn("hi"))
+    items = await drain(generation, generation_events)
     assert isinstance(items[-1], Done)
     assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "hello there"
     branch = await store.branch("me", generation.conversation_id)
     assert [(m.role, m.status) for m in branch] == [("user", "complete"), ("assistant", "complete")]
 
     provider.say("again")
-    second = await service.send(turn("more", generation.conversation_id))
-    await drain(second)
+    second, second_events = await run(service, turn("more", generation.conversation_id))
+    await drain(second, second_events)
     assert [m.text for m in provider.requests[-1].messages] == ["hi", "hello there", "more"]
     with pytest.raises(NotFound):
-        await service.send(turn("x", "conv_nope"))
+        await run(service, turn("x", "conv_nope"))
     other = ChatTurn(
         owner="someone else",
         model="scripted",
@@ -74,14 +87,14 @@ async def test_turn_is_saved_and_continued(world: World) -> None:
         conversation_id=generation.conversation_id,
     )
     with pytest.raises(NotFound):
-        await service.send(other)
+        await run(service, other)
 
 
 async def test_failure_before_output_marks_failed(world: World) -> None:
     service, provider, store = world
     provider.queue(ProviderError("nope", provider="scripted", upstream_status=503))
-    generation = await service.send(turn("hi"))
-    items = await drain(generation)
+    generation, generation_events = await run(service, turn("hi"))
+    items = await drain(generation, generation_events)
     assert isinstance(items[-1], StreamError)
     assert items[-1].error.status == 503
     branch = await store.branch("me", generation.conversation_id)
@@ -91,8 +104,8 @@ async def test_failure_before_output_marks_failed(world: World) -> None:
 async def test_failure_after_output_keeps_partial_text(world: World) -> None:
     service, provider, store = world
     provider.queue(TextDelta("par"), TextDelta("tial"), ProviderError("cut", provider="s"))
-    generation = await service.send(turn("hi"))
-    await drain(generation)
+    generation, generation_events = await run(service, turn("hi"))
+    await drain(generation, generation_events)
     branch = await store.branch("me", generation.conversation_id)
     assert branch[-1].status == "incomplete"
     assert branch[-1].parts == (TextPart("partial"),)
@@ -101,7 +114,7 @@ async def test_failure_after_output_keeps_partial_text(world: World) -> None:
 async def test_checkpoints_then_cancel_saves_interrupted(world: World) -> None:
     service, provider, store = world
     provider.queue(TextDelta("a"), 0.2, TextDelta("b"), 5.0, Done("end_turn"))
-    generation = await service.send(turn("hi"))
+    generation, _generation_events = await run(service, turn("hi"))
     await asyncio.sleep(0.5)
     branch = await store.branch("me", generation.conversation_id)
     assert branch[-1].status == "streaming"
@@ -116,7 +129,7 @@ async def test_checkpoints_then_cancel_saves_interrupted(world: World) -> None:
 async def test_shutdown_cancels_after_grace(world: World) -> None:
     service, provider, store = world
     provider.queue(TextDelta("slow"), 30.0, Done("end_turn"))
-    generation = await service.send(turn("hi"))
+    generation, _generation_events = await run(service, turn("hi"))
     await asyncio.sleep(0.05)
     await service.shutdown(grace_seconds=0.1)
     branch = await store.branch("me", generation.conversation_id)
@@ -126,6 +139,6 @@ async def test_shutdown_cancels_after_grace(world: World) -> None:
 async def test_system_only_is_rejected(world: World) -> None:
     service, _, _ = world
     with pytest.raises(InvalidRequest):
-        await service.send(
-            ChatTurn(owner="me", model="scripted", messages=(text_message("system", "s"),))
+        await run(
+            service, ChatTurn(owner="me", model="scripted", messages=(text_message("system", "s"),))
         )

@@ -7,7 +7,8 @@ it is a real HTTP error, never an empty stream. After it, a failure is sent as
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -15,10 +16,9 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from parley.api.errors import validation_error
+from parley.api.errors import error_response, validation_error
 from parley.api.sse import (
     DONE,
-    KEEPALIVE,
     STATUS_LLM_END,
     STATUS_LLM_START,
     ChunkEncoder,
@@ -27,11 +27,12 @@ from parley.api.sse import (
 )
 from parley.api.state import AppState
 from parley.api.wire import ChatCompletionRequest, to_turn
-from parley.conversations.generation import Generation, Item, KeepAlive
-from parley.errors import InvalidRequest, PayloadTooLarge
+from parley.conversations.generation import Generation
+from parley.errors import InvalidRequest, ParleyError, PayloadTooLarge
 from parley.events import (
     FINISH_REASONS,
     Done,
+    Event,
     ReasoningDelta,
     Status,
     StreamError,
@@ -86,11 +87,11 @@ async def _chat(request: Request, *, compat: bool) -> Response:
         tools=state.tools,
         create_missing=compat,
     )
-    generation = await state.service.send(turn)
+    generation = await state.service.prepare(turn)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if body.stream:
-        return await _stream(state, generation, include_usage)
-    return await _collect(generation)
+        return _stream(state, generation, include_usage)
+    return await _collect(state, generation)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -114,19 +115,7 @@ def _parley(generation: Generation) -> dict[str, Any]:
     return {"conversation_id": generation.conversation_id, "message_id": generation.message_id}
 
 
-async def _first_output(items: AsyncIterator[Item]) -> Item:
-    """The first item worth a 200 (model output, the end, or a failure)."""
-    while True:
-        item = await anext(items)
-        if not isinstance(item, KeepAlive | Status):
-            return item
-
-
-async def _stream(state: AppState, generation: Generation, include_usage: bool) -> Response:
-    items = generation.items()
-    first = await _first_output(items)
-    if isinstance(first, StreamError):
-        raise first.error
+def _stream(state: AppState, generation: Generation, include_usage: bool) -> Response:
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
         created=generation.created,
@@ -136,66 +125,80 @@ async def _stream(state: AppState, generation: Generation, include_usage: bool) 
         include_usage=include_usage,
     )
     accumulator = generation.accumulator
+    started_calls: set[int] = set()
+    usage: list[Usage] = []
+    failed_first: list[ParleyError] = []
 
-    async def frames() -> AsyncIterator[bytes]:
-        yield encoder.delta({"role": "assistant", "content": ""}, STATUS_LLM_START)
-        usage: Usage | None = None
-        started_calls: set[int] = set()
-        item: Item = first
-        while True:
-            match item:
+    def run(write: Callable[[bytes | None], Awaitable[None]]) -> None:
+        started = False
+
+        async def sink(event: Event) -> None:
+            nonlocal started
+            if not started:
+                if isinstance(event, StreamError):
+                    failed_first.append(event.error)
+                    await write(None)
+                    return
+                started = True
+                await write(encoder.delta({"role": "assistant", "content": ""}, STATUS_LLM_START))
+            match event:
                 case TextDelta(text=text):
-                    yield encoder.delta({"content": text})
+                    await write(encoder.delta({"content": text}))
                 case ReasoningDelta(text=text):
                     if text:
-                        yield encoder.delta({"reasoning_content": text})
+                        await write(encoder.delta({"reasoning_content": text}))
                 case ToolCallDelta(index=index):
                     call: dict[str, Any] = {"index": index}
                     if index not in started_calls:
                         started_calls.add(index)
                         call["id"] = accumulator.call_id(index)
                         call["type"] = "function"
-                        call["function"] = {"name": item.name or "", "arguments": item.arguments}
+                        call["function"] = {"name": event.name or "", "arguments": event.arguments}
                     else:
-                        call["function"] = {"arguments": item.arguments}
-                    yield encoder.delta({"tool_calls": [call]})
+                        call["function"] = {"arguments": event.arguments}
+                    await write(encoder.delta({"tool_calls": [call]}))
                 case UsageEvent(usage=event_usage):
-                    usage = event_usage
+                    usage.append(event_usage)
                 case Done(stop_reason=reason):
-                    yield encoder.finish(FINISH_REASONS[reason])
+                    frames = encoder.finish(FINISH_REASONS[reason])
                     if include_usage:
-                        yield encoder.usage(usage or Usage())
-                    yield DONE
-                    return
+                        frames += encoder.usage(usage[-1] if usage else Usage())
+                    await write(frames + DONE)
+                    await write(None)
                 case StreamError(error=error):
-                    yield encoder.error(error.message, error.type, error.code)
-                    return
-                case KeepAlive():
-                    yield KEEPALIVE
+                    await write(encoder.error(error.message, error.type, error.code))
+                    await write(None)
                 case Status():
                     pass
-            item = await anext(items)
+
+        state.service.start(generation, sink)
+
+    def first_failure() -> Response | None:
+        return error_response(failed_first[0]) if failed_first else None
 
     cancel = state.settings.server.on_disconnect == "cancel"
+    return EventStream(
+        run,
+        first_failure,
+        on_disconnect=lambda: generation.detach(cancel=cancel),
+        keepalive_seconds=state.settings.server.keepalive_seconds,
+    )
 
-    def on_close(disconnected: bool) -> None:
-        if disconnected:
-            generation.detach(cancel=cancel)
 
-    return EventStream(frames(), on_close)
+async def _collect(state: AppState, generation: Generation) -> Response:
+    finished: asyncio.Future[Done | StreamError] = asyncio.get_running_loop().create_future()
+    usage: list[Usage] = []
 
+    async def sink(event: Event) -> None:
+        if isinstance(event, UsageEvent):
+            usage.append(event.usage)
+        elif isinstance(event, Done | StreamError) and not finished.done():
+            finished.set_result(event)
 
-async def _collect(generation: Generation) -> Response:
-    items = generation.items()
-    usage: Usage | None = None
-    while True:
-        item = await anext(items)
-        if isinstance(item, StreamError):
-            raise item.error
-        if isinstance(item, UsageEvent):
-            usage = item.usage
-        if isinstance(item, Done):
-            break
+    state.service.start(generation, sink)
+    last = await finished
+    if isinstance(last, StreamError):
+        raise last.error
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
     parts = generation.accumulator.parts()
     text = "".join(p.text for p in parts if isinstance(p, TextPart))
@@ -224,10 +227,10 @@ async def _collect(generation: Generation) -> Response:
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": FINISH_REASONS[item.stop_reason],
+                "finish_reason": FINISH_REASONS[last.stop_reason],
             }
         ],
-        "usage": usage_to_openai(usage or Usage()),
+        "usage": usage_to_openai(usage[-1] if usage else Usage()),
         "parley": _parley(generation),
         "status": STATUS_LLM_END,
         "message_type": 1,

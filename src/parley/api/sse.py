@@ -9,7 +9,7 @@ disconnect is noticed at once even while the upstream is silent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -129,61 +129,86 @@ class ChunkEncoder:
 
 
 class EventStream(Response):
-    """A 200 ``text/event-stream`` response fed by an async iterator of frames.
+    """A ``text/event-stream`` response driven by a generation's sink.
 
-    ``on_close(disconnected)`` runs once when streaming ends, telling whether the
-    client went away first.
+    Nothing is sent until the first frame: ``first_failure`` turns a failure before it
+    into a plain JSON error response with its own status. Keep-alive comments go out
+    when the stream is quiet, and the client going away is noticed at once (not only
+    when a write fails): ``on_disconnect`` runs then.
     """
 
     def __init__(
         self,
-        frames: AsyncIterator[bytes],
-        on_close: Callable[[bool], None],
-        headers: dict[str, str] | None = None,
+        run: Callable[[Callable[[bytes | None], Awaitable[None]]], None],
+        first_failure: Callable[[], Response | None],
+        on_disconnect: Callable[[], None],
+        keepalive_seconds: float,
     ) -> None:
         self.status_code = 200
         self.background = None
-        self._frames = frames
-        self._on_close = on_close
-        self._raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ] + [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+        self._run = run
+        self._first_failure = first_failure
+        self._on_disconnect = on_disconnect
+        self._keepalive = keepalive_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        disconnected = False
-        streaming = asyncio.current_task()
-        assert streaming is not None
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        started = False
+        last_write = loop.time()
+
+        async def write(frame: bytes | None) -> None:
+            """Send a frame; ``None`` ends the stream (or, before any frame, fails it)."""
+            nonlocal started, last_write
+            if finished.done():
+                return
+            if frame is None:
+                if not started:
+                    failure = self._first_failure()
+                    if failure is not None:
+                        await failure(scope, receive, send)
+                        finished.set_result(None)
+                        return
+                    await send(_START)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                finished.set_result(None)
+                return
+            if not started:
+                started = True
+                await send(_START)
+            last_write = loop.time()
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
 
         async def watch() -> None:
-            nonlocal disconnected
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    disconnected = True
-                    streaming.cancel()
-                    return
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not finished.done():
+                finished.set_result(None)
+                self._on_disconnect()
 
-        await send({"type": "http.response.start", "status": 200, "headers": self._raw_headers})
+        async def ping() -> None:
+            while True:
+                await asyncio.sleep(max(0.01, last_write + self._keepalive - loop.time()))
+                if started and loop.time() - last_write >= self._keepalive:
+                    await write(KEEPALIVE)
+
         watcher = asyncio.create_task(watch())
+        pinger = asyncio.create_task(ping()) if self._keepalive > 0 else None
         try:
-            async for frame in self._frames:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:
-            if not disconnected:
-                raise
-            streaming.uncancel()
-        except OSError:
-            disconnected = True
+            self._run(write)
+            await finished
         finally:
             watcher.cancel()
-            await _close(self._frames)
-            self._on_close(disconnected)
+            if pinger is not None:
+                pinger.cancel()
 
 
-async def _close(frames: AsyncIterator[bytes]) -> None:
-    aclose = getattr(frames, "aclose", None)
-    if aclose is not None:
-        await aclose()
+_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),
+    ],
+}

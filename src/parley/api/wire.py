@@ -104,6 +104,7 @@ class ChatCompletionRequest(_Wire):
     user: str | None = None
     parallel_tool_calls: bool | None = None
     logit_bias: dict[str, float] | None = None
+    store: bool | None = None
     # extensions
     conversation_id: str | None = Field(default=None, min_length=1, max_length=64)
     metadata: dict[str, Any] | None = None
@@ -156,6 +157,7 @@ def to_turn(
         top_p=body.top_p,
         stop=stop,
         options=options,
+        store=body.store is not False,
     )
 
 

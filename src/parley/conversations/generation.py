@@ -1,21 +1,28 @@
-"""A running generation: one task that calls the model, persists, and feeds a channel.
+"""A running generation: one task that saves the turn, calls the model, and feeds a sink.
 
 The task outlives the HTTP request that started it: when the client goes away the turn
 finishes and is saved (or, when configured, is cancelled and saved as interrupted).
-Persistence rules: partial output is checkpointed at most every ``checkpoint_seconds``;
-the final state is written once, *before* the end of the stream is handed to the
-client, so whatever a client saw as complete is in the database.
 
-Channel items are ``events.Event`` values (and ``KeepAlive``), ending with ``Done`` or
-``StreamError``.
+Persistence rules:
+- the turn's new messages are written while the upstream call starts, and nothing is
+  handed to the client until that write has committed, so every id a client sees is
+  stored;
+- partial output is checkpointed at most every ``checkpoint_seconds``, never per token;
+- the final state is written once, *before* the last item (``Done`` or ``StreamError``)
+  is handed to the client, so whatever a client saw finish is in the database.
+
+The sink is the HTTP edge's: an async callable that receives each ``Event`` in order and
+applies backpressure (a slow client slows the upstream read, nothing piles up). A sink
+that raises means the client is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from parley.agent.stream import StreamAccumulator
@@ -24,17 +31,26 @@ from parley.events import FINISH_REASONS, Done, Event, Status, StreamError
 from parley.messages import MessageStatus, Part
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
-from parley.store.repository import ConversationStore
+from parley.store.repository import ConversationStore, NewMessage
 
 log = logging.getLogger(__name__)
 
+Sink = Callable[[Event], Awaitable[None]]
+
 
 @dataclass(frozen=True, slots=True)
-class KeepAlive:
-    """Nothing was emitted for a while: the edge may send a keep-alive comment."""
+class TurnRecord:
+    """What to write when the generation starts (``None`` when the request is not stored)."""
+
+    owner: str
+    new_messages: list[NewMessage]
+    create: bool
+    title: str | None
+    update_parts: dict[str, tuple[Part, ...]]
 
 
-Item = Event | KeepAlive
+class _ClientGone(Exception):
+    pass
 
 
 class Generation:
@@ -44,10 +60,10 @@ class Generation:
         store: ConversationStore,
         model: ResolvedModel,
         request: ModelRequest,
-        conversation_id: str,
+        conversation_id: str | None,
         message_id: str,
+        record: TurnRecord | None,
         checkpoint_seconds: float,
-        keepalive_seconds: float,
     ) -> None:
         self.conversation_id = conversation_id
         self.message_id = message_id
@@ -57,42 +73,25 @@ class Generation:
         self.status: MessageStatus = "streaming"
         self._store = store
         self._request = request
+        self._record = record
         self._checkpoint_seconds = checkpoint_seconds
-        self._keepalive_seconds = keepalive_seconds
-        self._last_emit = time.monotonic()
-        self._queue: asyncio.Queue[Item] = asyncio.Queue()
-        self._attached = True
+        self._sink: Sink | None = None
+        self._cancel_when_gone = False
         self._checkpoint: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, sink: Sink, *, cancel_when_gone: bool) -> None:
+        self._sink = sink
+        self._cancel_when_gone = cancel_when_gone
         self._task = asyncio.create_task(self._run(), name=f"generation {self.message_id}")
-        if self._keepalive_seconds > 0:
-            pinger = asyncio.create_task(self._keepalive())
-            self._task.add_done_callback(lambda _: pinger.cancel())
-
-    async def _keepalive(self) -> None:
-        interval = self._keepalive_seconds
-        while True:
-            await asyncio.sleep(max(0.01, self._last_emit + interval - time.monotonic()))
-            if time.monotonic() - self._last_emit >= interval:
-                self._emit(KeepAlive())
-
-    async def items(self) -> AsyncIterator[Item]:
-        """What the client is told, in order; ends after ``Done`` or ``Failure``."""
-        while True:
-            item = await self._queue.get()
-            yield item
-            if isinstance(item, Done | StreamError):
-                return
 
     def on_finished(self, callback: Callable[[Generation], None]) -> None:
         assert self._task is not None
         self._task.add_done_callback(lambda _: callback(self))
 
     def detach(self, *, cancel: bool) -> None:
-        """The client went away: stop feeding the channel, and cancel if asked to."""
-        self._attached = False
+        """The client went away: stop feeding the sink, and cancel if asked to."""
+        self._sink = None
         if cancel and self._task is not None and not self._task.done():
             self._task.cancel()
 
@@ -101,12 +100,20 @@ class Generation:
         if self._task is not None:
             await asyncio.shield(self._task)
 
-    def _emit(self, item: Item) -> None:
-        self._last_emit = time.monotonic()
-        if self._attached:
-            self._queue.put_nowait(item)
+    async def _emit(self, event: Event) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            await sink(event)
+        except Exception as exc:
+            self._sink = None
+            if self._cancel_when_gone:
+                raise _ClientGone() from exc
 
     async def _run(self) -> None:
+        saved = asyncio.ensure_future(self._save_turn())
+        saved_ok = False
         accumulator = self.accumulator
         last_checkpoint = time.monotonic()
         done: Done | None = None
@@ -117,8 +124,12 @@ class Generation:
                 if isinstance(event, Done):
                     done = event
                     break
-                if not isinstance(event, Status):
-                    self._emit(event)
+                if isinstance(event, Status):
+                    continue
+                if not saved_ok:
+                    await asyncio.shield(saved)  # raises if the turn could not be saved
+                    saved_ok = True
+                await self._emit(event)
                 now = time.monotonic()
                 if now - last_checkpoint >= self._checkpoint_seconds and self._checkpoint is None:
                     last_checkpoint = now
@@ -131,53 +142,80 @@ class Generation:
                 )
         except ParleyError as exc:
             error = exc
-        except asyncio.CancelledError:
-            await asyncio.shield(self._finish("interrupted", None))
-            self._emit(StreamError(ParleyError("the generation was cancelled", code="cancelled")))
-            raise
+        except (asyncio.CancelledError, _ClientGone) as exc:
+            await asyncio.shield(self._finish_after(saved, "interrupted", None))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
         except Exception as exc:  # a bug in an adapter must not leave the row streaming
             log.exception("generation %s crashed", self.message_id)
             error = ParleyError(f"internal error during generation: {type(exc).__name__}")
         if error is not None:
             status: MessageStatus = "incomplete" if accumulator.has_output else "failed"
-            await self._close(status, error, StreamError(error))
+            await self._close(saved, status, error, StreamError(error))
         else:
             assert done is not None
-            await self._close("complete", None, done)
+            await self._close(saved, "complete", None, done)
 
-    async def _close(self, status: MessageStatus, error: ParleyError | None, last: Item) -> None:
+    async def _close(
+        self,
+        saved: asyncio.Future[None],
+        status: MessageStatus,
+        error: ParleyError | None,
+        last: Done | StreamError,
+    ) -> None:
         """Write the final state, then hand the last item to the client."""
         try:
-            await asyncio.shield(self._finish(status, error))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("saving the final state of %s failed", self.message_id)
-            failure = Overloaded("the reply could not be saved; try again", retry_after=1)
-            self._emit(StreamError(failure))
+            await asyncio.shield(self._finish_after(saved, status, error))
+        except Exception as exc:
+            log.exception("saving %s failed", self.message_id)
+            failure = exc if isinstance(exc, ParleyError) else None
+            last = StreamError(
+                failure or Overloaded("the reply could not be saved; try again", retry_after=1)
+            )
+        with contextlib.suppress(_ClientGone):
+            await self._emit(last)
+
+    async def _save_turn(self) -> None:
+        record = self._record
+        if record is None or self.conversation_id is None:
             return
-        self._emit(last)
+        try:
+            await self._store.start_turn(
+                record.owner,
+                self.conversation_id,
+                record.new_messages,
+                create=record.create,
+                title=record.title,
+                update_parts=record.update_parts,
+            )
+        except LookupError:
+            raise Overloaded("the conversation was deleted meanwhile") from None
 
     async def _save_checkpoint(self) -> None:
         try:
-            await self._store.checkpoint(self.message_id, self.accumulator.parts())
+            if self._record is not None:
+                await self._store.checkpoint(self.message_id, self.accumulator.parts())
         except Exception:
             log.exception("checkpoint of %s failed", self.message_id)
         finally:
             self._checkpoint = None
 
-    async def _finish(self, status: MessageStatus, error: ParleyError | None) -> None:
+    async def _finish_after(
+        self, saved: asyncio.Future[None], status: MessageStatus, error: ParleyError | None
+    ) -> None:
+        await asyncio.shield(saved)  # the row must exist before its final state is written
         if self._checkpoint is not None:
             await self._checkpoint
         self.status = status
+        if self._record is None:
+            return
         accumulator = self.accumulator
-        parts: tuple[Part, ...] = accumulator.parts()
         usage = accumulator.usage
         reason = accumulator.stop_reason
         await self._store.finish(
             self.message_id,
-            self.conversation_id,
-            parts=parts,
+            parts=accumulator.parts(),
             status=status,
             model=self.model.public_name,
             usage=usage.to_dict() if usage else None,

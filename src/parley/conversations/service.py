@@ -13,8 +13,9 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from parley.conversations.generation import Generation
+from parley.conversations.generation import Generation, Sink, TurnRecord
 from parley.errors import InvalidRequest, NotFound
+from parley.ids import new_id
 from parley.messages import Message, Part, ToolCallPart, ToolResult, ToolSpec
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ProviderRegistry
@@ -54,6 +55,8 @@ class ChatTurn:
     top_p: float | None = None
     stop: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    store: bool = True
+    """False: run the turn without recording it (the request said ``store: false``)."""
 
 
 class ConversationService:
@@ -78,17 +81,19 @@ class ConversationService:
         if pending:
             await asyncio.wait(pending, timeout=5)
 
-    async def send(self, turn: ChatTurn) -> Generation:
-        """Save the new turn, start generating, and return the running generation."""
+    async def prepare(self, turn: ChatTurn) -> Generation:
+        """Check the turn, resolve its model and history; nothing is written yet.
+
+        Raises the request's errors (unknown model or conversation, bad tool results).
+        """
         model = self._registry.resolve(turn.model)
-        if turn.conversation_id is not None and not turn.create_missing:
-            history, new, updates = await self._continue(turn)
-            create = False
-        elif turn.conversation_id is not None:
+        create = turn.conversation_id is None
+        if turn.conversation_id is not None:
             try:
                 history, new, updates = await self._continue(turn)
-                create = False
             except NotFound:
+                if not turn.create_missing:
+                    raise
                 history, new, updates = [], list(turn.messages), {}
                 create = True
         else:
@@ -98,48 +103,52 @@ class ConversationService:
                     f"tool result for unknown call id {answer.call_id!r}", param=answer.param
                 )
             history, new, updates = [], list(turn.messages), {}
-            create = False
         if not any(m.role != "system" for m in history + new):
             raise InvalidRequest("messages must contain a non-system message", param="messages")
 
-        rows = [NewMessage(m.role, m.parts) for m in new]
-        rows.append(NewMessage("assistant", (), status="streaming", model=model.public_name))
-        title = _title(new)
-        ids = await self._store.start_turn(
-            turn.owner,
-            turn.conversation_id,
-            rows,
-            create=create,
-            title=title if (create or turn.conversation_id is None) else None,
-            update_parts=updates,
-        )
+        message_id = new_id("msg")
+        conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
+        record = None
+        if turn.store:
+            rows = [NewMessage(new_id("msg"), m.role, m.parts) for m in new]
+            rows.append(
+                NewMessage(message_id, "assistant", (), status="streaming", model=model.public_name)
+            )
+            record = TurnRecord(
+                owner=turn.owner,
+                new_messages=rows,
+                create=create,
+                title=_title(new) if create else None,
+                update_parts=updates,
+            )
+        chat = self._settings.chat
         tools = turn.tools if model.provider.supports_tools else ()
         request = ModelRequest(
             model=model.model,
             messages=tuple(history + new),
             tools=tools,
             tool_choice=turn.tool_choice if tools else None,
-            max_tokens=turn.max_tokens
-            or model.max_tokens
-            or self._settings.chat.default_max_tokens,
+            max_tokens=turn.max_tokens or model.max_tokens or chat.default_max_tokens,
             temperature=turn.temperature if turn.temperature is not None else model.temperature,
             top_p=turn.top_p,
             stop=turn.stop,
             options=turn.options,
         )
-        generation = Generation(
+        return Generation(
             store=self._store,
             model=model,
             request=request,
-            conversation_id=ids.conversation_id,
-            message_id=ids.message_ids[-1],
-            checkpoint_seconds=self._settings.chat.checkpoint_seconds,
-            keepalive_seconds=self._settings.server.keepalive_seconds,
+            conversation_id=conversation_id,
+            message_id=message_id,
+            record=record,
+            checkpoint_seconds=chat.checkpoint_seconds,
         )
-        generation.start()
+
+    def start(self, generation: Generation, sink: Sink) -> None:
+        """Run a prepared generation, feeding ``sink``; it is tracked until it ends."""
+        generation.start(sink, cancel_when_gone=self._settings.server.on_disconnect == "cancel")
         self._running.add(generation)
         generation.on_finished(self._running.discard)
-        return generation
 
     async def _continue(
         self, turn: ChatTurn

@@ -59,8 +59,10 @@ def create_engine(settings: Settings) -> AsyncEngine:
             # A write transaction takes the write lock at BEGIN: a deferred transaction
             # that reads first and writes later can fail with SQLITE_BUSY at once when
             # another writer committed in between, whatever the busy timeout.
-            immediate = connection.get_execution_options().get(WRITE_OPTION)
-            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            options = connection.get_execution_options()
+            if options.get("isolation_level") == "AUTOCOMMIT":
+                return
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE_OPTION) else "BEGIN")
 
         return engine
     return create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
@@ -71,6 +73,14 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+@asynccontextmanager
+async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection for one atomic statement, without BEGIN and COMMIT round trips."""
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        yield connection
 
 
 async def migrate(engine: AsyncEngine) -> None:

@@ -15,12 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from parley.ids import new_id
 from parley.messages import MessageStatus, Part, Role, parts_from_json, parts_to_json
-from parley.store.database import write_transaction
+from parley.store.database import autocommit, write_transaction
 from parley.store.schema import api_keys, conversations, messages
 
 
 @dataclass(frozen=True, slots=True)
 class NewMessage:
+    id: str
     role: Role
     parts: tuple[Part, ...]
     status: MessageStatus = "complete"
@@ -64,13 +65,6 @@ class StoredKey:
     revoked_at: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class TurnIds:
-    conversation_id: str
-    message_ids: tuple[str, ...]
-    """Ids of the messages written, in order; the last is the assistant placeholder."""
-
-
 class ConversationStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -80,30 +74,29 @@ class ConversationStore:
     async def start_turn(
         self,
         owner: str,
-        conversation_id: str | None,
+        conversation_id: str,
         new_messages: list[NewMessage],
         *,
-        create: bool = False,
+        create: bool,
         title: str | None = None,
         update_parts: dict[str, tuple[Part, ...]] | None = None,
-    ) -> TurnIds:
-        """Write the turn's new messages (the last is usually the streaming assistant).
+    ) -> None:
+        """Write a turn's new messages (ids made by the caller) in one transaction.
 
-        Without ``conversation_id`` (or with ``create``), a conversation is created.
-        ``update_parts`` replaces the parts of existing messages in the same transaction
-        (tool results a client sends for calls stored earlier).
+        With ``create`` the conversation is created too; otherwise the messages are
+        appended to its current branch. ``update_parts`` replaces the parts of existing
+        messages (tool results a client sends for calls stored earlier).
         """
         now = time.time()
         async with write_transaction(self._engine) as conn:
-            if conversation_id is None or create:
-                conversation_id = conversation_id or new_id("conv")
+            if create:
                 parent_id: str | None = None
                 await conn.execute(
                     conversations.insert().values(
                         id=conversation_id,
                         owner=owner,
                         title=title,
-                        head_id=None,
+                        head_id=new_messages[-1].id if new_messages else None,
                         created_at=now,
                         updated_at=now,
                     )
@@ -118,10 +111,9 @@ class ConversationStore:
                 )
             rows: list[dict[str, Any]] = []
             for offset, message in enumerate(new_messages):
-                message_id = new_id("msg")
                 rows.append(
                     {
-                        "id": message_id,
+                        "id": message.id,
                         "conversation_id": conversation_id,
                         "owner": owner,
                         "parent_id": parent_id,
@@ -137,15 +129,15 @@ class ConversationStore:
                         "updated_at": now,
                     }
                 )
-                parent_id = message_id
+                parent_id = message.id
             if rows:
                 await conn.execute(messages.insert(), rows)
-            await conn.execute(
-                update(conversations)
-                .where(conversations.c.id == conversation_id)
-                .values(head_id=parent_id, updated_at=now)
-            )
-        return TurnIds(conversation_id, tuple(r["id"] for r in rows))
+            if not create:
+                await conn.execute(
+                    update(conversations)
+                    .where(conversations.c.id == conversation_id)
+                    .values(head_id=parent_id, updated_at=now)
+                )
 
     async def _head(self, conn: AsyncConnection, owner: str, conversation_id: str) -> str | None:
         row = (
@@ -162,7 +154,7 @@ class ConversationStore:
 
     async def checkpoint(self, message_id: str, parts: tuple[Part, ...]) -> None:
         """Save partial assistant output of a streaming message."""
-        async with write_transaction(self._engine) as conn:
+        async with autocommit(self._engine) as conn:
             await conn.execute(
                 update(messages)
                 .where(messages.c.id == message_id, messages.c.status == "streaming")
@@ -172,7 +164,6 @@ class ConversationStore:
     async def finish(
         self,
         message_id: str,
-        conversation_id: str,
         *,
         parts: tuple[Part, ...],
         status: MessageStatus,
@@ -181,9 +172,8 @@ class ConversationStore:
         finish_reason: str | None,
         error: dict[str, Any] | None = None,
     ) -> None:
-        """Write the assistant message's final state, once."""
-        now = time.time()
-        async with write_transaction(self._engine) as conn:
+        """Write the assistant message's final state, once (one statement)."""
+        async with autocommit(self._engine) as conn:
             await conn.execute(
                 update(messages)
                 .where(messages.c.id == message_id)
@@ -194,13 +184,8 @@ class ConversationStore:
                     usage=usage,
                     finish_reason=finish_reason,
                     error=error,
-                    updated_at=now,
+                    updated_at=time.time(),
                 )
-            )
-            await conn.execute(
-                update(conversations)
-                .where(conversations.c.id == conversation_id)
-                .values(updated_at=now)
             )
 
     async def interrupt_streaming(self) -> int:
