@@ -22,7 +22,7 @@ from parley.api.state import AppState
 from parley.conversations.service import ConversationService
 from parley.providers.registry import build_registry
 from parley.settings import Settings
-from parley.store.database import create_engine, migrate
+from parley.store.database import Database
 from parley.store.repository import ConversationStore, KeyStore
 from parley.tools.registry import ToolRegistry
 
@@ -34,9 +34,9 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings)
-        await migrate(engine)
-        conversation_store = ConversationStore(engine)
+        database = Database(settings)
+        await database.migrate()
+        conversation_store = ConversationStore(database)
         interrupted = await conversation_store.interrupt_streaming()
         if interrupted:
             log.warning("marked %d message(s) left streaming as interrupted", interrupted)
@@ -46,12 +46,14 @@ def create_app(settings: Settings) -> FastAPI:
             follow_redirects=False,
         )
         registry = build_registry(settings, client)
-        keys = KeyStore(engine)
+        keys = KeyStore(database)
         service = ConversationService(settings, conversation_store, registry)
         app.state.parley = AppState(
             settings=settings,
             auth=Authenticator(
-                keys, allow_loopback_without_keys=settings.auth.allow_loopback_without_keys
+                keys,
+                settings.data_dir,
+                allow_loopback_without_keys=settings.auth.allow_loopback_without_keys,
             ),
             service=service,
             conversations=conversation_store,
@@ -59,8 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
             registry=registry,
             tools=ToolRegistry(),
         )
-        any_key, _ = await keys.lookup("")
-        if not any_key:
+        if not await keys.active():
             log.warning(
                 "no API keys exist: serving loopback clients only "
                 "(create one with `parley keys create`)"
@@ -71,7 +72,7 @@ def create_app(settings: Settings) -> FastAPI:
             await service.shutdown(SHUTDOWN_GRACE_SECONDS)
             await registry.aclose()
             await client.aclose()
-            await engine.dispose()
+            await database.dispose()
 
     app = FastAPI(
         title="Parley",

@@ -122,35 +122,39 @@ def chat(
 @app.command("migrate")
 def migrate_command(config: ConfigOption = None) -> None:
     """Apply database migrations (the server also does this at start-up)."""
-    from parley.store.database import create_engine, migrate
+    from parley.store.database import Database
 
     settings = _settings(config)
 
     async def run() -> None:
-        engine = create_engine(settings)
+        database = Database(settings)
         try:
-            await migrate(engine)
+            await database.migrate()
         finally:
-            await engine.dispose()
+            await database.dispose()
 
     asyncio.run(run())
     console.print(f"database at {settings.database_url.split('://')[0]} is up to date")
 
 
 def _with_keys(config: Path | None, call: Callable[[KeyStore], Awaitable[T]]) -> T:
-    from parley.store.database import create_engine, migrate
+    """Run ``call`` on the key store, then tell running servers that keys changed."""
+    from parley.api.auth import mark_keys_changed
+    from parley.store.database import Database
 
     settings = _settings(config)
 
     async def run() -> T:
-        engine = create_engine(settings)
+        database = Database(settings)
         try:
-            await migrate(engine)
-            return await call(KeyStore(engine))
+            await database.migrate()
+            return await call(KeyStore(database))
         finally:
-            await engine.dispose()
+            await database.dispose()
 
-    return asyncio.run(run())
+    result = asyncio.run(run())
+    mark_keys_changed(settings.data_dir)
+    return result
 
 
 @keys_app.command("create")

@@ -6,6 +6,7 @@
     ├── InvalidRequest               400  the client sent something we will not run
     │   └── PayloadTooLarge          413
     ├── AuthenticationFailed         401
+    ├── PermissionDenied             403
     ├── NotFound                     404  unknown or someone else's id, unknown model
     ├── Conflict                     409
     ├── Overloaded                   503  (or 429) with retry_after
@@ -56,6 +57,12 @@ class AuthenticationFailed(ParleyError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class PermissionDenied(ParleyError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
 
 
 class NotFound(ParleyError):

@@ -102,7 +102,7 @@ class AuthSettings(_Section):
 
 class DatabaseSettings(_Section):
     url: str | None = Field(
-        default=None, description="SQLAlchemy async URL. Default: SQLite in data_dir."
+        default=None, description="SQLAlchemy URL. Default: SQLite in data_dir."
     )
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     busy_timeout_ms: int = 10_000
@@ -162,7 +162,7 @@ class Settings(BaseSettings):
 
     @property
     def database_url(self) -> str:
-        return self.database.url or f"sqlite+aiosqlite:///{self.data_dir / 'parley.db'}"
+        return self.database.url or f"sqlite:///{self.data_dir / 'parley.db'}"
 
     def effective_providers(self) -> list[ProviderSettings]:
         """Configured providers, plus those from the well-known variables, else local."""

@@ -39,7 +39,8 @@ async def test_fifty_concurrent_streams(parley: ParleyServer, upstream: MockOpen
     stored = db_rows(
         parley.db_path, "SELECT count(*) AS c FROM messages WHERE conversation_id = ?", shared
     )[0]["c"]
-    branch = httpx.get(f"{parley.url}/v1/conversations/{shared}").json()["messages"]
+    async with httpx.AsyncClient() as http:
+        branch = (await http.get(f"{parley.url}/v1/conversations/{shared}")).json()["messages"]
     # 25 turns appended to one conversation concurrently still form one linear branch
     assert len(branch) == stored == 2 + 25 * 2
     assert all(m["status"] == "complete" for m in branch)

@@ -16,7 +16,7 @@ from parley.messages import TextPart, text_message
 from parley.providers.registry import ProviderRegistry
 from parley.providers.scripted import ScriptedProvider
 from parley.settings import ProviderSettings, Settings
-from parley.store.database import create_engine, migrate
+from parley.store.database import Database
 from parley.store.repository import ConversationStore
 
 pytestmark = pytest.mark.anyio
@@ -27,15 +27,15 @@ World = tuple[ConversationService, ScriptedProvider, ConversationStore]
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     settings = Settings(data_dir=tmp_path, chat={"checkpoint_seconds": 0.05})  # type: ignore[arg-type]
-    engine = create_engine(settings)
-    await migrate(engine)
-    store = ConversationStore(engine)
+    database = Database(settings)
+    await database.migrate()
+    store = ConversationStore(database)
     provider = ScriptedProvider()
     registry = ProviderRegistry(
         [(ProviderSettings(name="scripted", kind="scripted"), provider)], {}, None
     )
     yield ConversationService(settings, store, registry), provider, store
-    await engine.dispose()
+    await database.dispose()
 
 
 async def run(service: ConversationService, turn: ChatTurn) -> tuple[Generation, list[Event]]:

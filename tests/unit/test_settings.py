@@ -29,7 +29,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_use_the_local_model() -> None:
     settings = load_settings()
     assert [(p.name, p.kind) for p in settings.effective_providers()] == [("local", "local")]
-    assert settings.database_url.startswith("sqlite+aiosqlite:///")
+    assert settings.database_url.startswith("sqlite:///")
     assert settings.server.port == 8000
 
 

@@ -1,25 +1,35 @@
 """Who is calling: API keys (stored as hashes) and the loopback rule.
 
-With no active key in the database, only loopback clients are served, whatever key
-they send (the OpenAI SDK always sends one), and they act as the owner ``local``. Once
-a key exists, every request needs ``Authorization: Bearer <key>`` (or ``x-api-key``)
-naming an active key, and acts as that key's owner. Keys in query strings are never
-read, so the decision is the same however a URL is spelled.
+With no active key, only loopback clients are served, whatever key they send (the
+OpenAI SDK always sends one), and they act as the owner ``local``. That trust is only
+given to requests that a browser page elsewhere could not have made: the ``Host`` must
+be a loopback name (no DNS rebinding) and an ``Origin``, when sent, must be loopback too
+(no cross-site form posts). Once a key exists, every request needs ``Authorization:
+Bearer <key>`` (or ``x-api-key``) naming an active key, and acts as its owner. Keys in
+query strings are never read, so the decision is the same however a URL is spelled.
+
+Active keys are cached in memory. ``parley keys`` touches ``keys.changed`` in the data
+folder after every change, and the cache is reloaded when that file's time changes, so
+a created or revoked key counts from the next request on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
-from parley.errors import AuthenticationFailed
+from parley.errors import AuthenticationFailed, PermissionDenied
 from parley.store.repository import KeyStore
 
 LOCAL_OWNER = "local"
 KEY_PREFIX = "sk-parley-"
+MARKER = "keys.changed"
 
 
 def new_key() -> tuple[str, str, str]:
@@ -32,13 +42,22 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def mark_keys_changed(data_dir: Path) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / MARKER).write_text(secrets.token_hex(8))
+
+
 def is_loopback(host: str | None) -> bool:
     if not host:
         return False
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
-        return False
+        return host.lower() == "localhost"
+
+
+def _host_name(value: str) -> str:
+    return urlsplit(f"//{value}").hostname or ""
 
 
 def presented_key(connection: HTTPConnection) -> str:
@@ -50,23 +69,48 @@ def presented_key(connection: HTTPConnection) -> str:
 
 
 class Authenticator:
-    def __init__(self, keys: KeyStore, *, allow_loopback_without_keys: bool) -> None:
+    def __init__(
+        self, keys: KeyStore, data_dir: Path, *, allow_loopback_without_keys: bool
+    ) -> None:
         self._keys = keys
+        self._marker = data_dir / MARKER
         self._allow_loopback = allow_loopback_without_keys
+        self._active: dict[str, str] | None = None
+        self._stamp: int | None = None
+
+    async def _active_keys(self) -> dict[str, str]:
+        try:
+            stamp: int | None = os.stat(self._marker).st_mtime_ns
+        except FileNotFoundError:
+            stamp = None
+        if self._active is None or stamp != self._stamp:
+            self._active = await self._keys.active()
+            self._stamp = stamp
+        return self._active
 
     async def owner(self, connection: HTTPConnection) -> str:
+        active = await self._active_keys()
         key = presented_key(connection)
-        any_key, owner = await self._keys.lookup(hash_key(key) if key else "")
-        if owner is not None:
+        if active:
+            owner = active.get(hash_key(key)) if key else None
+            if owner is None:
+                raise AuthenticationFailed(
+                    "invalid API key"
+                    if key
+                    else "missing API key: send Authorization: Bearer <key>"
+                )
             return owner
-        if any_key:
-            raise AuthenticationFailed(
-                "invalid API key" if key else "missing API key: send Authorization: Bearer <key>"
-            )
         client = connection.client.host if connection.client else None
-        if self._allow_loopback and is_loopback(client):
-            return LOCAL_OWNER
-        raise AuthenticationFailed(
-            "no API keys exist and this client is not on loopback: "
-            "create one with `parley keys create`"
-        )
+        if not (self._allow_loopback and is_loopback(client)):
+            raise AuthenticationFailed(
+                "no API keys exist and this client is not on loopback: "
+                "create one with `parley keys create`"
+            )
+        host = _host_name(connection.headers.get("host", ""))
+        origin = connection.headers.get("origin")
+        if not is_loopback(host) or (origin and not is_loopback(urlsplit(origin).hostname)):
+            raise PermissionDenied(
+                "keyless loopback access is only for pages and clients on this machine "
+                "(Host and Origin must be loopback); create a key with `parley keys create`"
+            )
+        return LOCAL_OWNER

@@ -1,71 +1,130 @@
-"""The database engine: creation, SQLite pragmas, and migrations at start-up.
+"""The database: engines, SQLite pragmas, migrations, and how transactions are run.
+
+Repositories write each transaction as one plain function of a SQLAlchemy
+``Connection`` and hand it to ``Database.write`` or ``Database.read``:
+
+- SQLite: the function runs whole in a worker thread (one thread hop per transaction,
+  not per statement). All writes go through one writer thread, so writers never
+  contend for SQLite's lock and "database is locked" cannot happen between them;
+  reads run on a small pool beside it (WAL lets them proceed during a write).
+- Other databases (PostgreSQL): the same function runs through the async engine's
+  ``run_sync``.
 
 SQLite runs in WAL mode. ``synchronous`` defaults to NORMAL: in WAL mode a commit is
 durable against a crash of Parley itself (the WAL is written before the commit
 returns); only a power loss or OS crash can lose the last commits, never corrupt the
-file. FULL also fsyncs the WAL on every commit, for machines where that matters. Set
-``database.sqlite_synchronous`` to choose.
+file. FULL also fsyncs the WAL on every commit. Set ``database.sqlite_synchronous``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from parley.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-WRITE_OPTION = "parley_write"
+T = TypeVar("T")
 
 
-@asynccontextmanager
-async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A transaction that will write: on SQLite it begins IMMEDIATE."""
-    async with engine.connect() as connection:
-        await connection.execution_options(**{WRITE_OPTION: True})
-        async with connection.begin():
-            yield connection
+class Database:
+    def __init__(self, settings: Settings) -> None:
+        url = settings.database_url
+        self.is_sqlite = url.startswith("sqlite")
+        self._sync: Engine | None = None
+        self._async: AsyncEngine | None = None
+        if self.is_sqlite:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            self._sync = _sqlite_engine(settings)
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="parley-db-write")
+            self._readers = ThreadPoolExecutor(4, thread_name_prefix="parley-db-read")
+        else:
+            self._async = create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
+
+    async def write(self, transaction: Callable[[Connection], T]) -> T:
+        """Run ``transaction`` in one write transaction and commit it."""
+        if self._sync is not None:
+            engine = self._sync
+
+            def run() -> T:
+                with engine.connect() as connection:
+                    connection.exec_driver_sql("BEGIN IMMEDIATE")
+                    try:
+                        result = transaction(connection)
+                    except BaseException:
+                        connection.exec_driver_sql("ROLLBACK")
+                        raise
+                    connection.exec_driver_sql("COMMIT")
+                    return result
+
+            return await asyncio.wrap_future(self._writer.submit(run))
+        assert self._async is not None
+        async with self._async.begin() as connection:
+            return await connection.run_sync(transaction)
+
+    async def read(self, query: Callable[[Connection], T]) -> T:
+        """Run ``query`` on a consistent snapshot."""
+        if self._sync is not None:
+            engine = self._sync
+
+            def run() -> T:
+                with engine.connect() as connection:
+                    connection.exec_driver_sql("BEGIN")
+                    try:
+                        return query(connection)
+                    finally:
+                        connection.exec_driver_sql("ROLLBACK")
+
+            return await asyncio.wrap_future(self._readers.submit(run))
+        assert self._async is not None
+        async with self._async.connect() as connection:
+            return await connection.run_sync(query)
+
+    async def migrate(self) -> None:
+        """Apply every pending migration."""
+        await self.write(_upgrade)
+
+    async def dispose(self) -> None:
+        if self._sync is not None:
+            self._writer.shutdown(wait=True)
+            self._readers.shutdown(wait=True)
+            self._sync.dispose()
+        if self._async is not None:
+            await self._async.dispose()
 
 
-def create_engine(settings: Settings) -> AsyncEngine:
-    url = settings.database_url
-    if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, echo=settings.database.echo, connect_args={"timeout": 30})
-        synchronous = settings.database.sqlite_synchronous
-        busy_timeout = settings.database.busy_timeout_ms
+def _sqlite_engine(settings: Settings) -> Engine:
+    url = settings.database_url.replace("+aiosqlite", "")
+    engine = create_engine(
+        url,
+        echo=settings.database.echo,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=8,
+    )
+    synchronous = settings.database.sqlite_synchronous
+    busy_timeout = int(settings.database.busy_timeout_ms)
 
-        @event.listens_for(engine.sync_engine, "connect")
-        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
-            # We emit BEGIN ourselves (below), so that writes can take the lock up front.
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA synchronous={synchronous}")
-            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout)}")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        # Transactions are begun explicitly by Database.write and Database.read.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
 
-        @event.listens_for(engine.sync_engine, "begin")
-        def _begin(connection: Connection) -> None:
-            # A write transaction takes the write lock at BEGIN: a deferred transaction
-            # that reads first and writes later can fail with SQLITE_BUSY at once when
-            # another writer committed in between, whatever the busy timeout.
-            options = connection.get_execution_options()
-            if options.get("isolation_level") == "AUTOCOMMIT":
-                return
-            connection.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE_OPTION) else "BEGIN")
-
-        return engine
-    return create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
+    return engine
 
 
 def _upgrade(connection: Connection) -> None:
@@ -73,17 +132,3 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
-
-
-@asynccontextmanager
-async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection for one atomic statement, without BEGIN and COMMIT round trips."""
-    async with engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        yield connection
-
-
-async def migrate(engine: AsyncEngine) -> None:
-    """Apply every pending migration."""
-    async with write_transaction(engine) as connection:
-        await connection.run_sync(_upgrade)
