@@ -4,7 +4,8 @@
 
     ParleyError                      status, type, code, param
     ├── InvalidRequest               400  the client sent something we will not run
-    │   └── PayloadTooLarge          413
+    │   ├── PayloadTooLarge          413
+    │   └── UnsupportedMediaType     415
     ├── AuthenticationFailed         401
     ├── PermissionDenied             403
     ├── NotFound                     404  unknown or someone else's id, unknown model
@@ -51,6 +52,11 @@ class InvalidRequest(ParleyError):
 class PayloadTooLarge(InvalidRequest):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
+    code = "unsupported_media_type"
 
 
 class AuthenticationFailed(ParleyError):

@@ -49,6 +49,12 @@ class ProviderSettings(_Section):
     timeout_seconds: float = 600.0
     connect_timeout_seconds: float = 10.0
     list_upstream_models: bool = True
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = Field(
+        default=None,
+        description="How an openai-kind upstream is sent the output cap. Default: "
+        "max_completion_tokens for api.openai.com (its newer models refuse max_tokens), "
+        "max_tokens elsewhere.",
+    )
     # local provider only
     model_path: str | None = None
     context_tokens: int = 4096

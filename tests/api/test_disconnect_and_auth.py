@@ -139,6 +139,16 @@ def test_keys_and_owners(keyed: ParleyServer, upstream: MockOpenAI):
         httpx.delete(f"{url}/conversations/{conversation_id}", headers=bob_headers).status_code
         == 404
     )
+    renamed = httpx.patch(
+        f"{url}/conversations/{conversation_id}", json={"title": "mine"}, headers=bob_headers
+    )
+    assert renamed.status_code == 404
+    chatchat = httpx.post(
+        f"{keyed.url}/chat/chat/completions",
+        json={"messages": HELLO, "conversation_id": conversation_id},
+        headers=bob_headers,
+    )
+    assert chatchat.status_code == 404
     with pytest.raises(openai.NotFoundError):
         bob.chat.completions.create(
             model="fast", messages=HELLO, extra_body={"conversation_id": conversation_id}

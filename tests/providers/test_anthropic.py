@@ -400,7 +400,7 @@ async def test_request_body_on_the_wire(mock: MockAnthropic, provider: Anthropic
             "presence_penalty": 0.5,
             "top_k": 5,
             "thinking": {"type": "enabled", "budget_tokens": 1024},
-            "metadata": {"user_id": "u1", "other": "x"},
+            "user": "u1",
         },
     )
 
@@ -431,6 +431,14 @@ async def test_request_body_on_the_wire(mock: MockAnthropic, provider: Anthropic
 
 def test_max_tokens_passes_through() -> None:
     assert request_body(_request(max_tokens=77))["max_tokens"] == 77
+
+
+def test_reasoning_effort_becomes_a_thinking_budget() -> None:
+    body = request_body(_request(max_tokens=100, options={"reasoning_effort": "medium"}))
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert body["max_tokens"] == 4096 + 1024
+    assert "reasoning_effort" not in body
+    assert "thinking" not in request_body(_request(options={"reasoning_effort": "extreme"}))
 
 
 @pytest.mark.parametrize(

@@ -26,8 +26,8 @@ def test_text_reasoning_and_calls_in_order() -> None:
     assert reader.parts() == (
         ReasoningPart("let me think", "sig"),
         TextPart("Hello"),
+        ToolCallPart("call_b", "second", '{"b": 2}'),  # in order of appearance
         ToolCallPart("call_a", "first", '{"x": 1}'),
-        ToolCallPart("call_b", "second", '{"b": 2}'),
     )
     assert reader.stop_reason == "tool_use"
     assert reader.usage == Usage(5, 7)
@@ -41,7 +41,23 @@ def test_call_without_id_gets_one_and_nameless_calls_are_dropped() -> None:
     calls = reader.tool_calls()
     assert len(calls) == 1
     assert calls[0].id.startswith("call_")
-    assert calls[0].id == reader.call_id(0)
+
+
+def test_parallel_calls_sharing_an_index_are_kept_apart() -> None:
+    """Ollama numbers every parallel call 0; a new id means a new call."""
+    reader = StreamAccumulator()
+    first = reader.apply(ToolCallDelta(0, id="c1", name="w", arguments='{"a":1}'))
+    second = reader.apply(ToolCallDelta(0, id="c2", name="w", arguments='{"a":2}'))
+    more = reader.apply(ToolCallDelta(0, arguments=""))
+    assert (first.index, first.id) == (0, "c1")  # type: ignore[union-attr]
+    assert (second.index, second.id) == (1, "c2")  # type: ignore[union-attr]
+    assert (more.index, more.id) == (1, None)  # type: ignore[union-attr]
+    assert [(c.id, c.arguments) for c in reader.tool_calls()] == [
+        ("c1", '{"a":1}'),
+        ("c2", '{"a":2}'),
+    ]
+    assert reader.apply(Done("end_turn")) == Done("tool_use")
+    assert reader.stop_reason == "tool_use"
 
 
 def test_empty_stream_has_no_output() -> None:

@@ -1,8 +1,11 @@
 """The stream reader: folds a provider's events into message parts.
 
-Text and reasoning deltas accumulate into parts in order of first appearance; tool-call
-fragments are merged by index (a call without an id gets one; a call that never got a
-name is dropped). The reader keeps the last usage and the stop reason.
+Text and reasoning deltas accumulate into parts in order of first appearance. Tool-call
+fragments are merged by index, except that a fragment with a new id at a used index
+starts a new call (Ollama numbers every parallel call 0); calls are renumbered 0, 1, 2
+in order of appearance, a call without an id gets one, and a call that never got a name
+is dropped. An "end turn" that carries tool calls is tool use. ``apply`` returns the
+event as it should travel on: renumbered, with the id on a call's first fragment.
 """
 
 from __future__ import annotations
@@ -30,18 +33,28 @@ class _Call:
 
 
 class StreamAccumulator:
-    __slots__ = ("_calls", "_order", "_reasoning", "_signature", "_text", "stop_reason", "usage")
+    __slots__ = (
+        "_calls",
+        "_order",
+        "_reasoning",
+        "_signature",
+        "_slots",
+        "_text",
+        "stop_reason",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self._order: list[str] = []
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._signature: str | None = None
-        self._calls: dict[int, _Call] = {}
+        self._calls: list[_Call] = []
+        self._slots: dict[int, int] = {}  # upstream index -> position in _calls
         self.usage: Usage | None = None
         self.stop_reason: StopReason | None = None
 
-    def apply(self, event: Event) -> None:
+    def apply(self, event: Event) -> Event:
         match event:
             case TextDelta(text=text):
                 if not self._text:
@@ -54,26 +67,38 @@ class StreamAccumulator:
                     self._reasoning.append(text)
                 if signature:
                     self._signature = signature
-            case ToolCallDelta(index=index):
-                call = self._calls.get(index)
-                if call is None:
-                    call = self._calls[index] = _Call(event.id or new_id("call"))
-                    if "tools" not in self._order:
-                        self._order.append("tools")
-                if event.name:
-                    call.name += event.name
-                if event.arguments:
-                    call.arguments.append(event.arguments)
+            case ToolCallDelta():
+                return self._tool_fragment(event)
             case UsageEvent(usage=usage):
                 self.usage = usage
             case Done(stop_reason=reason):
-                self.stop_reason = reason
+                if reason == "end_turn" and any(call.name for call in self._calls):
+                    event = Done("tool_use")
+                self.stop_reason = event.stop_reason
             case _:
                 pass
+        return event
 
-    def call_id(self, index: int) -> str:
-        """The id of the call at ``index`` (made up when the upstream sent none)."""
-        return self._calls[index].id
+    def _tool_fragment(self, event: ToolCallDelta) -> ToolCallDelta:
+        slot = self._slots.get(event.index)
+        if slot is not None and event.id and event.id != self._calls[slot].id:
+            slot = None  # a new call at an index already used
+        if slot is None:
+            slot = self._slots[event.index] = len(self._calls)
+            self._calls.append(_Call(event.id or new_id("call")))
+            if "tools" not in self._order:
+                self._order.append("tools")
+            first = True
+        else:
+            first = False
+        call = self._calls[slot]
+        if event.name:
+            call.name += event.name
+        if event.arguments:
+            call.arguments.append(event.arguments)
+        return ToolCallDelta(
+            slot, id=call.id if first else None, name=event.name, arguments=event.arguments
+        )
 
     @property
     def text(self) -> str:
@@ -85,8 +110,7 @@ class StreamAccumulator:
 
     def tool_calls(self) -> list[ToolCallPart]:
         calls: list[ToolCallPart] = []
-        for index in sorted(self._calls):
-            call = self._calls[index]
+        for call in self._calls:
             if not call.name:
                 continue
             calls.append(

@@ -28,7 +28,7 @@ from parley.api.sse import (
 from parley.api.state import AppState
 from parley.api.wire import ChatCompletionRequest, to_turn
 from parley.conversations.generation import Generation
-from parley.errors import InvalidRequest, ParleyError, PayloadTooLarge
+from parley.errors import InvalidRequest, ParleyError, PayloadTooLarge, UnsupportedMediaType
 from parley.events import (
     FINISH_REASONS,
     Done,
@@ -67,6 +67,12 @@ async def chatchat_completions(request: Request) -> Response:
 async def _chat(request: Request, *, compat: bool) -> Response:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
+    content_type = request.headers.get("content-type", "").lower()
+    if content_type and "json" not in content_type:
+        raise UnsupportedMediaType(
+            f"send the body as application/json, not {content_type[:60]!r}",
+            param="content-type",
+        )
     raw = await read_body(request, state.settings.server.max_body_bytes)
     try:
         data = orjson.loads(raw)
@@ -91,7 +97,7 @@ async def _chat(request: Request, *, compat: bool) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if body.stream:
         return _stream(state, generation, include_usage)
-    return await _collect(state, generation)
+    return await _collect(state, generation, request)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -124,8 +130,6 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
         message_id=generation.message_id,
         include_usage=include_usage,
     )
-    accumulator = generation.accumulator
-    started_calls: set[int] = set()
     usage: list[Usage] = []
     failed_first: list[ParleyError] = []
 
@@ -147,15 +151,16 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
                 case ReasoningDelta(text=text):
                     if text:
                         await write(encoder.delta({"reasoning_content": text}))
-                case ToolCallDelta(index=index):
+                case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
+                    function: dict[str, str] = {"arguments": arguments}
                     call: dict[str, Any] = {"index": index}
-                    if index not in started_calls:
-                        started_calls.add(index)
-                        call["id"] = accumulator.call_id(index)
+                    if call_id is not None:  # a call's first fragment
+                        call["id"] = call_id
                         call["type"] = "function"
-                        call["function"] = {"name": event.name or "", "arguments": event.arguments}
-                    else:
-                        call["function"] = {"arguments": event.arguments}
+                        function = {"name": name or "", "arguments": arguments}
+                    elif name:
+                        function["name"] = name
+                    call["function"] = function
                     await write(encoder.delta({"tool_calls": [call]}))
                 case UsageEvent(usage=event_usage):
                     usage.append(event_usage)
@@ -185,7 +190,7 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
     )
 
 
-async def _collect(state: AppState, generation: Generation) -> Response:
+async def _collect(state: AppState, generation: Generation, request: Request) -> Response:
     finished: asyncio.Future[Done | StreamError] = asyncio.get_running_loop().create_future()
     usage: list[Usage] = []
 
@@ -195,8 +200,20 @@ async def _collect(state: AppState, generation: Generation) -> Response:
         elif isinstance(event, Done | StreamError) and not finished.done():
             finished.set_result(event)
 
+    async def watch() -> None:
+        """The client going away is noticed at once, not when the reply is written."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        generation.detach(cancel=state.settings.server.on_disconnect == "cancel")
+        if not finished.done():
+            finished.set_result(StreamError(ParleyError("client disconnected", code="gone")))
+
     state.service.start(generation, sink)
-    last = await finished
+    watcher = asyncio.create_task(watch())
+    try:
+        last = await finished
+    finally:
+        watcher.cancel()
     if isinstance(last, StreamError):
         raise last.error
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}

@@ -105,6 +105,9 @@ class ChatCompletionRequest(_Wire):
     parallel_tool_calls: bool | None = None
     logit_bias: dict[str, float] | None = None
     store: bool | None = None
+    reasoning_effort: str | None = Field(default=None, max_length=32)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     # extensions
     conversation_id: str | None = Field(default=None, min_length=1, max_length=64)
     metadata: dict[str, Any] | None = None
@@ -112,6 +115,9 @@ class ChatCompletionRequest(_Wire):
 
 
 _PASSTHROUGH = (
+    "reasoning_effort",
+    "logprobs",
+    "top_logprobs",
     "seed",
     "presence_penalty",
     "frequency_penalty",

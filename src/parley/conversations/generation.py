@@ -25,8 +25,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from parley.agent.stream import StreamAccumulator
-from parley.errors import Overloaded, ParleyError, ProviderError
+from parley.errors import NotFound, Overloaded, ParleyError, ProviderError
 from parley.events import FINISH_REASONS, Done, Event, Status, StreamError
 from parley.messages import MessageStatus, Part
 from parley.providers.protocol import ModelRequest
@@ -36,6 +38,9 @@ from parley.store.repository import ConversationStore, NewMessage
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Event], Awaitable[None]]
+
+FINISH_RETRY_PAUSES = (0.1, 0.5, 2.0, 0.0)
+"""Pauses between attempts at the final write (a busy database); the last is unused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,7 @@ class TurnRecord:
     create: bool
     title: str | None
     update_parts: dict[str, tuple[Part, ...]]
+    parent_id: str | None = None
 
 
 class _ClientGone(Exception):
@@ -119,8 +125,8 @@ class Generation:
         done: Done | None = None
         error: ParleyError | None = None
         try:
-            async for event in self.model.provider.stream(self._request):
-                accumulator.apply(event)
+            async for raw in self.model.provider.stream(self._request):
+                event = accumulator.apply(raw)
                 if isinstance(event, Done):
                     done = event
                     break
@@ -188,9 +194,18 @@ class Generation:
                 create=record.create,
                 title=record.title,
                 update_parts=record.update_parts,
+                parent_id=record.parent_id,
             )
         except LookupError:
-            raise Overloaded("the conversation was deleted meanwhile") from None
+            # deleted meanwhile, or (creating) the id is someone else's
+            raise NotFound(
+                f"conversation {self.conversation_id!r} not found",
+                param="conversation_id",
+                code="conversation_not_found",
+            ) from None
+        except SQLAlchemyError as exc:
+            log.warning("could not save turn %s: %s", self.message_id, exc)
+            raise Overloaded("the database is busy; try again", retry_after=1) from None
 
     async def _save_checkpoint(self) -> None:
         try:
@@ -213,12 +228,23 @@ class Generation:
         accumulator = self.accumulator
         usage = accumulator.usage
         reason = accumulator.stop_reason
-        await self._store.finish(
-            self.message_id,
-            parts=accumulator.parts(),
-            status=status,
-            model=self.model.public_name,
-            usage=usage.to_dict() if usage else None,
-            finish_reason=FINISH_REASONS[reason] if reason and status == "complete" else None,
-            error=None if error is None else {"message": error.message, "code": error.code},
-        )
+        parts = accumulator.parts()
+        for attempt, pause in enumerate(FINISH_RETRY_PAUSES):
+            try:
+                await self._store.finish(
+                    self.message_id,
+                    parts=parts,
+                    status=status,
+                    model=self.model.public_name,
+                    usage=usage.to_dict() if usage else None,
+                    finish_reason=FINISH_REASONS[reason]
+                    if reason and status == "complete"
+                    else None,
+                    error=None if error is None else {"message": error.message, "code": error.code},
+                )
+                return
+            except SQLAlchemyError:
+                if attempt == len(FINISH_RETRY_PAUSES) - 1:
+                    raise
+                log.warning("saving %s failed; retrying in %.1f s", self.message_id, pause)
+                await asyncio.sleep(pause)

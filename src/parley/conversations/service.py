@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from parley.agent.repair import synthesize_missing_tool_results
 from parley.conversations.generation import Generation, Sink, TurnRecord
 from parley.errors import InvalidRequest, NotFound
 from parley.ids import new_id
@@ -88,9 +89,10 @@ class ConversationService:
         """
         model = self._registry.resolve(turn.model)
         create = turn.conversation_id is None
+        parent_id: str | None = None
         if turn.conversation_id is not None:
             try:
-                history, new, updates = await self._continue(turn)
+                history, new, updates, parent_id = await self._continue(turn)
             except NotFound:
                 if not turn.create_missing:
                     raise
@@ -120,12 +122,14 @@ class ConversationService:
                 create=create,
                 title=_title(new) if create else None,
                 update_parts=updates,
+                parent_id=parent_id,
             )
         chat = self._settings.chat
-        tools = turn.tools if model.provider.supports_tools else ()
+        # A provider that cannot call tools drops them itself and says so to the model.
+        tools = turn.tools
         request = ModelRequest(
             model=model.model,
-            messages=tuple(history + new),
+            messages=tuple(synthesize_missing_tool_results(history + new)),
             tools=tools,
             tool_choice=turn.tool_choice if tools else None,
             max_tokens=turn.max_tokens or model.max_tokens or chat.default_max_tokens,
@@ -152,7 +156,8 @@ class ConversationService:
 
     async def _continue(
         self, turn: ChatTurn
-    ) -> tuple[list[Message], list[Message], dict[str, tuple[Part, ...]]]:
+    ) -> tuple[list[Message], list[Message], dict[str, tuple[Part, ...]], str | None]:
+        """(history, new messages, parts to update, parent of the new messages)."""
         assert turn.conversation_id is not None
         try:
             stored = await self._store.branch(turn.owner, turn.conversation_id)
@@ -166,7 +171,7 @@ class ConversationService:
         updates: dict[str, tuple[Part, ...]] = {}
         if turn.trailing_answers:
             history, updates = _answer_calls(stored, history, turn.trailing_answers)
-            return history, [], updates
+            return history, [], updates, None
         if not turn.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
         last = turn.messages[-1]
@@ -176,7 +181,22 @@ class ConversationService:
                 "or tool results",
                 param=f"messages.{len(turn.messages) - 1}.role",
             )
-        return history, [last], updates
+        if _is_retry(stored, last):
+            # The same message again after a reply that failed before any output (a
+            # client retrying): answer the stored message instead of storing it twice.
+            return history, [], updates, stored[-2].id
+        return history, [last], updates, None
+
+
+def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
+    return (
+        len(stored) >= 2
+        and stored[-1].role == "assistant"
+        and stored[-1].status == "failed"
+        and not stored[-1].parts
+        and stored[-2].role == "user"
+        and stored[-2].parts == message.parts
+    )
 
 
 def _usable(message: StoredMessage) -> bool:

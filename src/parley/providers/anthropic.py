@@ -38,6 +38,9 @@ DEFAULT_MAX_TOKENS = 4096
 
 _PASSTHROUGH_OPTIONS = ("top_k", "thinking")
 
+THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+"""OpenAI's ``reasoning_effort`` -> an extended-thinking budget (unknown levels: none)."""
+
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
     "tool_use": "tool_use",
@@ -78,12 +81,19 @@ class AnthropicProvider:
             headers["x-api-key"] = config.api_key.get_secret_value()
         headers.update(config.headers)
         self._headers = headers
+        self._timeout = httpx.Timeout(
+            config.timeout_seconds, connect=config.connect_timeout_seconds
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
         body = orjson.dumps(request_body(request))
         try:
             async with self._client.stream(
-                "POST", f"{self._url}/v1/messages", content=body, headers=self._headers
+                "POST",
+                f"{self._url}/v1/messages",
+                content=body,
+                headers=self._headers,
+                timeout=self._timeout,
             ) as response:
                 if response.status_code >= 400:
                     raise await error_from_response(self.name, response)
@@ -231,9 +241,15 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
     for key in _PASSTHROUGH_OPTIONS:
         if request.options.get(key) is not None:
             body[key] = request.options[key]
-    metadata = request.options.get("metadata")
-    if isinstance(metadata, dict) and metadata.get("user_id"):
-        body["metadata"] = {"user_id": str(metadata["user_id"])}
+    budget = THINKING_BUDGETS.get(str(request.options.get("reasoning_effort")))
+    if budget is not None and "thinking" not in body:
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        body["max_tokens"] = max(body["max_tokens"], budget + 1024)
+        body.pop("temperature", None)  # extended thinking only runs at the default
+        body.pop("top_p", None)
+    user = request.options.get("user")
+    if isinstance(user, str) and user:
+        body["metadata"] = {"user_id": user}
     return body
 
 

@@ -7,6 +7,7 @@ carry provider keys) are never part of a message.
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
 
 import httpx
@@ -15,6 +16,7 @@ import orjson
 from parley.errors import ProviderError, is_retryable_status
 
 _MAX_ERROR_BODY = 16 * 1024
+log = logging.getLogger(__name__)
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -47,7 +49,12 @@ async def error_from_response(provider: str, response: httpx.Response) -> Provid
     if retry_after is None and retry_after_ms is not None:
         retry_after = retry_after_ms / 1000
     if status in (401, 403):
-        message = f"upstream {provider!r} rejected Parley's credentials ({status}): {detail}"
+        # The upstream's text can quote part of the key: it goes to the log only.
+        log.warning("upstream %r answered %d: %s", provider, status, detail)
+        message = (
+            f"upstream {provider!r} rejected Parley's credentials ({status}); "
+            "check the provider's api_key"
+        )
     else:
         message = f"upstream {provider!r} answered {status}: {detail}"
     return ProviderError(

@@ -30,6 +30,22 @@ from parley.providers.protocol import ModelRequest
 from parley.providers.sse import iter_sse
 from parley.settings import ProviderSettings
 
+OPENAI_OPTIONS = frozenset(
+    {
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "response_format",
+        "user",
+        "parallel_tool_calls",
+        "logit_bias",
+        "reasoning_effort",
+        "logprobs",
+        "top_logprobs",
+    }
+)
+"""Request options this wire format knows; others in ``ModelRequest.options`` stay home."""
+
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -52,12 +68,22 @@ class OpenAIChatProvider:
             headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
         headers.update(config.headers)
         self._headers = headers
+        self._timeout = httpx.Timeout(
+            config.timeout_seconds, connect=config.connect_timeout_seconds
+        )
+        self._tokens_field = config.max_tokens_field or (
+            "max_completion_tokens" if "api.openai.com" in self._url else "max_tokens"
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
-        body = orjson.dumps(request_body(request))
+        body = orjson.dumps(request_body(request, self._tokens_field))
         try:
             async with self._client.stream(
-                "POST", f"{self._url}/chat/completions", content=body, headers=self._headers
+                "POST",
+                f"{self._url}/chat/completions",
+                content=body,
+                headers=self._headers,
+                timeout=self._timeout,
             ) as response:
                 if response.status_code >= 400:
                     raise await error_from_response(self.name, response)
@@ -69,9 +95,15 @@ class OpenAIChatProvider:
     async def _events(self, response: httpx.Response) -> AsyncIterator[Event]:
         stop: StopReason | None = None
         usage: Usage | None = None
+        finished = False
         async for _, data in iter_sse(response.aiter_bytes()):
+            # Read to the end of the body even after [DONE], so that the connection
+            # goes back to the pool instead of being closed.
+            if finished:
+                continue
             if data == "[DONE]":
-                break
+                finished = True
+                continue
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -141,7 +173,7 @@ class OpenAIChatProvider:
         return None
 
 
-def request_body(request: ModelRequest) -> dict[str, Any]:
+def request_body(request: ModelRequest, tokens_field: str = "max_tokens") -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": request.model,
         "messages": to_openai_messages(request.messages),
@@ -149,7 +181,7 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
     }
     if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+        body[tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.top_p is not None:
@@ -170,7 +202,7 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
         ]
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
-    body.update(request.options)
+    body.update({k: v for k, v in request.options.items() if k in OPENAI_OPTIONS})
     return body
 
 

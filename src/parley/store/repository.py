@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, exists, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, exists, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from parley.ids import new_id
@@ -66,6 +66,41 @@ class StoredKey:
     revoked_at: float | None
 
 
+# Hot-path statements are built once: building and keying a statement per call costs
+# more than SQLite's own work (see docs/performance.md).
+_INSERT_CONVERSATION = conversations.insert()
+_INSERT_MESSAGES = messages.insert()
+_MOVE_HEAD = (
+    update(conversations)
+    .where(conversations.c.id == bindparam("b_id"))
+    .values(head_id=bindparam("head_id"), updated_at=bindparam("updated_at"))
+)
+_SET_PARTS = (
+    update(messages)
+    .where(messages.c.id == bindparam("b_id"), messages.c.owner == bindparam("b_owner"))
+    .values(parts=bindparam("parts"), updated_at=bindparam("updated_at"))
+)
+_CHECKPOINT = (
+    update(messages)
+    .where(messages.c.id == bindparam("b_id"), messages.c.status == "streaming")
+    .values(parts=bindparam("parts"), updated_at=bindparam("updated_at"))
+)
+_FINISH = (
+    update(messages)
+    .where(messages.c.id == bindparam("b_id"))
+    .values(
+        {
+            name: bindparam(name)
+            for name in ("parts", "status", "model", "usage", "finish_reason", "error")
+        }
+        | {"updated_at": bindparam("updated_at")}
+    )
+)
+_HEAD = select(conversations.c.head_id).where(
+    conversations.c.id == bindparam("b_id"), conversations.c.owner == bindparam("b_owner")
+)
+
+
 class ConversationStore:
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -99,14 +134,16 @@ class ConversationStore:
             if create:
                 try:
                     conn.execute(
-                        conversations.insert().values(
-                            id=conversation_id,
-                            owner=owner,
-                            title=title,
-                            head_id=new_messages[-1].id if new_messages else None,
-                            created_at=now,
-                            updated_at=now,
-                        )
+                        _INSERT_CONVERSATION,
+                        {
+                            "id": conversation_id,
+                            "owner": owner,
+                            "title": title,
+                            "head_id": new_messages[-1].id if new_messages else None,
+                            "meta": None,
+                            "created_at": now,
+                            "updated_at": now,
+                        },
                     )
                 except IntegrityError:
                     raise LookupError(conversation_id) from None
@@ -116,9 +153,13 @@ class ConversationStore:
                 raise LookupError(conversation_id)
             for message_id, parts in (update_parts or {}).items():
                 conn.execute(
-                    update(messages)
-                    .where(messages.c.id == message_id, messages.c.owner == owner)
-                    .values(parts=parts_to_json(parts), updated_at=now)
+                    _SET_PARTS,
+                    {
+                        "b_id": message_id,
+                        "b_owner": owner,
+                        "parts": parts_to_json(parts),
+                        "updated_at": now,
+                    },
                 )
             rows: list[dict[str, Any]] = []
             for offset, message in enumerate(new_messages):
@@ -142,26 +183,18 @@ class ConversationStore:
                 )
                 parent = message.id
             if rows:
-                conn.execute(messages.insert(), rows)
+                conn.execute(_INSERT_MESSAGES, rows)
             if not create:
                 conn.execute(
-                    update(conversations)
-                    .where(conversations.c.id == conversation_id)
-                    .values(head_id=parent, updated_at=now)
+                    _MOVE_HEAD, {"b_id": conversation_id, "head_id": parent, "updated_at": now}
                 )
 
         await self._db.write(transaction)
 
     async def checkpoint(self, message_id: str, parts: tuple[Part, ...]) -> None:
         """Save partial assistant output of a streaming message."""
-        values = {"parts": parts_to_json(parts), "updated_at": time.time()}
-        await self._db.write(
-            lambda conn: conn.execute(
-                update(messages)
-                .where(messages.c.id == message_id, messages.c.status == "streaming")
-                .values(values)
-            )
-        )
+        values = {"b_id": message_id, "parts": parts_to_json(parts), "updated_at": time.time()}
+        await self._db.write(lambda conn: conn.execute(_CHECKPOINT, values))
 
     async def finish(
         self,
@@ -176,6 +209,7 @@ class ConversationStore:
     ) -> None:
         """Write the assistant message's final state, once (one statement)."""
         values = {
+            "b_id": message_id,
             "parts": parts_to_json(parts),
             "status": status,
             "model": model,
@@ -184,11 +218,7 @@ class ConversationStore:
             "error": error,
             "updated_at": time.time(),
         }
-        await self._db.write(
-            lambda conn: conn.execute(
-                update(messages).where(messages.c.id == message_id).values(values)
-            )
-        )
+        await self._db.write(lambda conn: conn.execute(_FINISH, values))
 
     async def interrupt_streaming(self) -> int:
         """At start-up: messages left ``streaming`` by a crash become ``interrupted``."""
@@ -295,11 +325,7 @@ class ConversationStore:
 
 
 def _head(conn: Connection, owner: str, conversation_id: str) -> str | None:
-    row = conn.execute(
-        select(conversations.c.head_id).where(
-            conversations.c.id == conversation_id, conversations.c.owner == owner
-        )
-    ).first()
+    row = conn.execute(_HEAD, {"b_id": conversation_id, "b_owner": owner}).first()
     if row is None:
         raise LookupError(conversation_id)
     head: str | None = row.head_id
