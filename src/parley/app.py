@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 
 from parley import __version__
 from parley.api import chat, conversations, errors, models
+from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
 from parley.conversations.service import ConversationService
@@ -81,6 +82,11 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(
+        Admission,
+        max_in_flight=settings.server.max_in_flight,
+        max_loop_lag_ms=settings.server.max_loop_lag_ms,
+    )
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(conversations.router)

@@ -91,6 +91,12 @@ class ServerSettings(_Section):
     keepalive_seconds: float = 15.0
     on_disconnect: Literal["continue", "cancel"] = "continue"
     log_level: str = "info"
+    max_in_flight: int = Field(
+        default=2048, description="Chat requests in flight (streams count until done)."
+    )
+    max_loop_lag_ms: float = Field(
+        default=100.0, description="Refuse new chat requests while the loop runs this late."
+    )
 
 
 class ChatSettings(_Section):

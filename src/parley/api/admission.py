@@ -1,0 +1,69 @@
+"""Admission control: beyond capacity, answer 503 at once instead of queueing.
+
+Two limits guard the chat routes: how many chat requests may be in flight (a stream
+counts until it ends), and how late the event loop may run. The loop's lateness is the
+honest measure of a saturated single-process server: when a timer set for 50 ms fires
+much later, every stream is already slower than it should be, so new requests are
+turned away (503 with Retry-After) until the loop catches up. Requests already admitted
+keep their latency; refused ones cost microseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from parley.api.errors import error_response
+from parley.errors import Overloaded
+
+GUARDED = ("/v1/chat/completions", "/chat/chat/completions")
+_TICK = 0.05
+
+
+class Admission:
+    def __init__(self, app: ASGIApp, *, max_in_flight: int, max_loop_lag_ms: float) -> None:
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.max_lag = max_loop_lag_ms / 1000
+        self.in_flight = 0
+        self.lag = 0.0
+        self._monitor: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in GUARDED:
+            await self.app(scope, receive, send)
+            return
+        if self._monitor is None and self.max_lag > 0:
+            self._monitor = asyncio.get_running_loop().create_task(self._watch_lag())
+        refusal = self._refusal()
+        if refusal is not None:
+            await error_response(refusal)(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    def _refusal(self) -> Overloaded | None:
+        if self.in_flight >= self.max_in_flight:
+            return Overloaded(
+                f"too many requests in flight ({self.max_in_flight}); try again shortly",
+                retry_after=1,
+            )
+        if self.max_lag and self.lag > self.max_lag:
+            return Overloaded(
+                f"server saturated (event loop {self.lag * 1000:.0f} ms late); try again shortly",
+                retry_after=1,
+            )
+        return None
+
+    async def _watch_lag(self) -> None:
+        """Measure how late a periodic timer fires; decay slowly, react at once."""
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(_TICK)
+            late = max(0.0, time.perf_counter() - start - _TICK)
+            self.lag = max(late, self.lag * 0.5)
