@@ -119,6 +119,32 @@ def chat(
     raise typer.Exit(run_chat(url, model, api_key, conversation, system))
 
 
+@app.command()
+def bench(
+    profile: Annotated[
+        str, typer.Option(help="full: the whole table (minutes); smoke: seconds, tiny load.")
+    ] = "full",
+    out: Annotated[Path, typer.Option(help="Folder for bench.json, bench.md and plots.")] = Path(
+        "bench/results"
+    ),
+    litellm: Annotated[
+        bool, typer.Option(help="Also measure the LiteLLM proxy (installed on first use).")
+    ] = True,
+    litellm_venv: Annotated[
+        Path, typer.Option(help="Where LiteLLM gets its own environment.")
+    ] = Path("bench/.venv-litellm"),
+) -> None:
+    """Benchmark Parley against a mock upstream, a floor relay and the LiteLLM proxy."""
+    if profile not in ("full", "smoke"):
+        raise typer.BadParameter("full or smoke", param_hint="--profile")
+    from parley.bench.report import markdown
+    from parley.bench.run import main as run_bench
+
+    report = run_bench(profile, out, litellm, litellm_venv)
+    typer.echo(markdown(report))
+    console.print(f"report written to {out}/")
+
+
 @app.command("migrate")
 def migrate_command(config: ConfigOption = None) -> None:
     """Apply database migrations (the server also does this at start-up)."""

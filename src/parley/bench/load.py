@@ -62,7 +62,7 @@ class Connection:
         stream: bool,
         chunks: int,
         path: str = "/v1/chat/completions",
-        headers: str = "",
+        headers: str = "authorization: Bearer bench\r\n",
         include_usage: bool = True,
     ) -> Result:
         result = Result()
@@ -73,14 +73,21 @@ class Connection:
                 (
                     f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\n"
                     f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-                    f"authorization: Bearer bench\r\n{headers}\r\n"
+                    f"{headers}\r\n"
                 ).encode()
                 + body
             )
             status, response_headers = await _read_head(reader)
             result.status = status
             if response_headers.get("transfer-encoding") == "chunked":
-                await _read_chunked(reader, result, start, stream, chunks, include_usage)
+                body_bytes = await _read_chunked(
+                    reader, result, start, stream, chunks, include_usage
+                )
+                if not stream and status == 200:
+                    reply = orjson.loads(body_bytes)
+                    text = reply["choices"][0]["message"]["content"]
+                    result.ttft = time.perf_counter() - start
+                    result.valid = text == "".join(content(i) for i in range(chunks))
             else:
                 length = int(response_headers.get("content-length", "0"))
                 data = await reader.readexactly(length)
@@ -117,7 +124,9 @@ async def _read_chunked(
     stream: bool,
     chunks: int,
     include_usage: bool,
-) -> None:
+) -> bytes:
+    """Read a chunked body; a stream's frames are checked as they come. Returns the body."""
+    raw = bytearray()
     buffer = b""
     expected = 0
     last: float | None = None
@@ -132,6 +141,9 @@ async def _read_chunked(
             break
         data = await reader.readexactly(size + 2)
         now = time.perf_counter()
+        if not stream:
+            raw += data[:-2]
+            continue
         buffer += data[:-2]
         while b"\n\n" in buffer:
             frame, buffer = buffer.split(b"\n\n", 1)
@@ -149,9 +161,8 @@ async def _read_chunked(
                 result.error = str(message["error"])[:200]
                 broken = True
                 continue
-            if message.get("usage") and not message.get("choices"):
-                usage_seen = True
-                continue
+            if message.get("usage"):
+                usage_seen = True  # OpenAI sends it with no choices, LiteLLM with an empty delta
             for choice in message.get("choices") or ():
                 text = (choice.get("delta") or {}).get("content")
                 if not text:
@@ -164,10 +175,11 @@ async def _read_chunked(
                 elif last is not None:
                     result.gaps.append(now - last)
                 last = now
-    if not stream:
-        result.error = "expected a JSON reply, got a stream"
-        return
-    result.valid = not broken and done and expected == chunks and (usage_seen or not include_usage)
+    if stream:
+        result.valid = (
+            not broken and done and expected == chunks and (usage_seen or not include_usage)
+        )
+    return bytes(raw)
 
 
 def request_body(model: str, *, stream: bool, extra: dict[str, object] | None = None) -> bytes:
@@ -249,11 +261,21 @@ async def open_loop(
 
 
 async def hold_streams(
-    host: str, port: int, body: bytes, *, count: int, chunks: int, opened: asyncio.Event
+    host: str,
+    port: int,
+    body: bytes,
+    *,
+    count: int,
+    chunks: int,
+    opened: asyncio.Event,
+    headers: str,
 ) -> list[Result]:
     """Open ``count`` streams at once (for memory per open stream)."""
     connections = [Connection(host, port) for _ in range(count)]
-    tasks = [asyncio.ensure_future(c.chat(body, stream=True, chunks=chunks)) for c in connections]
+    tasks = [
+        asyncio.ensure_future(c.chat(body, stream=True, chunks=chunks, headers=headers))
+        for c in connections
+    ]
     await asyncio.sleep(0)
     opened.set()
     try:
