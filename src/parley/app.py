@@ -7,6 +7,7 @@ Shutdown gives running generations a grace period, then cancels and saves them.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -67,6 +68,9 @@ def create_app(settings: Settings) -> FastAPI:
                 "no API keys exist: serving loopback clients only "
                 "(create one with `parley keys create`)"
             )
+        # Start-up objects live as long as the process: keep them out of every collection.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
