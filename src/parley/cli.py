@@ -125,7 +125,7 @@ def bench(
         str, typer.Option(help="full: the whole table (minutes); smoke: seconds, tiny load.")
     ] = "full",
     out: Annotated[Path, typer.Option(help="Folder for bench.json, bench.md and plots.")] = Path(
-        "bench/results"
+        "docs/bench"
     ),
     litellm: Annotated[
         bool, typer.Option(help="Also measure the LiteLLM proxy (installed on first use).")

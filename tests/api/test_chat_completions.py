@@ -31,7 +31,7 @@ def test_non_streaming_reply(client: openai.OpenAI, upstream: MockOpenAI, parley
     sent = upstream.requests[-1]
     assert sent["model"] == "mock-model"
     assert sent["messages"] == HELLO
-    assert sent["stream"] is True
+    assert sent["stream"] is False  # a non-streaming client gets one whole upstream reply
     assert upstream.headers[-1]["authorization"] == "Bearer sk-upstream-secret"
 
     rows = db_rows(
@@ -57,6 +57,7 @@ def test_streaming_with_usage(client: openai.OpenAI, upstream: MockOpenAI):
     )
     chunks = list(stream)
 
+    assert upstream.requests[-1]["stream"] is True
     assert len({c.id for c in chunks}) == 1
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

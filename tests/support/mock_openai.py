@@ -176,7 +176,8 @@ class MockOpenAI:
         )
 
     async def _chat(self, request: Request) -> Response:
-        self.requests.append(orjson.loads(await request.body()))
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
         self.headers.append(dict(request.headers))
         if not self._replies:
             return JSONResponse({"error": {"message": "no reply scripted"}}, status_code=500)
@@ -190,7 +191,19 @@ class MockOpenAI:
                 headers=reply.headers,
                 media_type="application/json",
             )
+        if not body.get("stream"):
+            return StreamingResponse(self._whole(reply), media_type="application/json")
         return StreamingResponse(self._frames(reply), media_type="text/event-stream")
+
+    async def _whole(self, reply: Reply) -> AsyncIterator[bytes]:
+        """A non-streaming request: the same script, as one JSON body at the end."""
+        try:
+            await asyncio.sleep(reply.first_delay + reply.delay * len(reply.frames))
+            if reply.cut_after is not None:
+                raise _Cut()
+            yield collapse(reply.frames)
+        finally:
+            self.connections_closed += 1
 
     async def _frames(self, reply: Reply) -> AsyncIterator[bytes]:
         try:
@@ -204,6 +217,54 @@ class MockOpenAI:
                 yield frame
         finally:
             self.connections_closed += 1
+
+
+def collapse(frames: list[bytes]) -> bytes:
+    """The chat.completion a non-streaming request gets for the same scripted stream.
+    Frames that do not parse come back as they are (a garbage reply stays garbage)."""
+    raw = b"".join(frames).replace(b"\r\n", b"\n")
+    content, reasoning, finish, usage_seen = "", "", None, None
+    calls: dict[int, dict[str, Any]] = {}
+    try:
+        for block in raw.split(b"\n\n"):
+            data = b"".join(
+                line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:")
+            )
+            if not data or data == b"[DONE]":
+                continue
+            chunk_ = orjson.loads(data)
+            usage_seen = chunk_.get("usage") or usage_seen
+            for choice in chunk_.get("choices") or ():
+                delta = choice.get("delta") or {}
+                content += delta.get("content") or ""
+                reasoning += delta.get("reasoning_content") or ""
+                finish = choice.get("finish_reason") or finish
+                for call in delta.get("tool_calls") or ():
+                    entry = calls.setdefault(
+                        len(calls) if call.get("id") and call["index"] in calls else call["index"],
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    entry["id"] += call.get("id") or ""
+                    function = call.get("function") or {}
+                    entry["function"]["name"] += function.get("name") or ""
+                    entry["function"]["arguments"] += function.get("arguments") or ""
+    except (orjson.JSONDecodeError, AttributeError, KeyError):
+        return raw
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "mock-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            **({"usage": usage_seen} if usage_seen else {}),
+        }
+    )
 
 
 def split_every(data: bytes, size: int) -> Iterator[bytes]:

@@ -164,6 +164,7 @@ def to_turn(
         stop=stop,
         options=options,
         store=body.store is not False,
+        stream=body.stream,
     )
 
 

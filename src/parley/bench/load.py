@@ -28,6 +28,7 @@ class Result:
     frames: int = 0
     valid: bool = False
     error: str | None = None
+    new_connection: bool = False
 
     @property
     def ok(self) -> bool:
@@ -42,9 +43,11 @@ class Connection:
         self.port = port
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self.opened = 0
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None or self._writer.is_closing():
+            self.opened += 1
             self._reader, self._writer = await asyncio.open_connection(
                 self.host, self.port, limit=1 << 20
             )
@@ -67,8 +70,10 @@ class Connection:
     ) -> Result:
         result = Result()
         start = time.perf_counter()
+        opened = self.opened
         try:
             reader, writer = await self._open()
+            result.new_connection = self.opened > opened
             writer.write(
                 (
                     f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\n"

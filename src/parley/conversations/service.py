@@ -58,6 +58,8 @@ class ChatTurn:
     options: dict[str, Any] = field(default_factory=dict)
     store: bool = True
     """False: run the turn without recording it (the request said ``store: false``)."""
+    stream: bool = True
+    """False: the client waits for the whole reply."""
 
 
 class ConversationService:
@@ -137,6 +139,7 @@ class ConversationService:
             top_p=turn.top_p,
             stop=turn.stop,
             options=turn.options,
+            incremental=turn.stream,
         )
         return Generation(
             store=self._store,

@@ -76,6 +76,10 @@ class OpenAIChatProvider:
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
+        if not request.incremental:
+            async for event in self._whole(request):
+                yield event
+            return
         body = orjson.dumps(request_body(request, self._tokens_field))
         try:
             async with self._client.stream(
@@ -91,6 +95,49 @@ class OpenAIChatProvider:
                     yield event
         except httpx.HTTPError as exc:
             raise transport_error(self.name, exc) from exc
+
+    async def _whole(self, request: ModelRequest) -> AsyncIterator[Event]:
+        """One non-streamed upstream reply, yielded as the events a stream would give."""
+        payload = request_body(request, self._tokens_field)
+        payload["stream"] = False
+        del payload["stream_options"]
+        try:
+            response = await self._client.post(
+                f"{self._url}/chat/completions",
+                content=orjson.dumps(payload),
+                headers=self._headers,
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(self.name, exc) from exc
+        if response.status_code >= 400:
+            raise await error_from_response(self.name, response)
+        try:
+            reply = orjson.loads(response.content)
+            choice = reply["choices"][0]
+            message = choice.get("message") or {}
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise ProviderError(
+                f"upstream sent a malformed reply: {response.content[:200]!r}",
+                provider=self.name,
+                code="upstream_malformed",
+            ) from None
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning:
+            yield ReasoningDelta(reasoning)
+        if message.get("content"):
+            yield TextDelta(message["content"])
+        for index, call in enumerate(message.get("tool_calls") or ()):
+            function = call.get("function") or {}
+            yield ToolCallDelta(
+                index=index,
+                id=call.get("id"),
+                name=function.get("name"),
+                arguments=function.get("arguments") or "",
+            )
+        if reply.get("usage"):
+            yield UsageEvent(usage_from_openai(reply["usage"]))
+        yield Done(_STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"))
 
     async def _events(self, response: httpx.Response) -> AsyncIterator[Event]:
         stop: StopReason | None = None

@@ -30,6 +30,9 @@ class ModelRequest:
     options: dict[str, Any] = field(default_factory=dict)
     """Other sampling options passed through where the wire format has them
     (seed, presence_penalty, frequency_penalty, response_format, user, ...)."""
+    incremental: bool = True
+    """False when nobody watches the reply arrive (a non-streaming client): an adapter
+    may then ask its upstream for one whole reply and yield it as a few events."""
 
 
 class Provider(Protocol):

@@ -6,7 +6,7 @@ Message parts are JSON (see ``messages.parts_to_json``). Every row has an ``owne
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, MetaData, String, Table, Text
+from sqlalchemy import JSON, Column, Float, ForeignKey, Index, MetaData, String, Table, Text, text
 
 metadata = MetaData()
 
@@ -57,5 +57,11 @@ messages = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_messages_conversation", "conversation_id", "created_at"),
-    Index("ix_messages_status", "status"),
+    # only rows still streaming (crash recovery at start-up): tiny, rarely touched
+    Index(
+        "ix_messages_streaming",
+        "status",
+        sqlite_where=text("status = 'streaming'"),
+        postgresql_where=text("status = 'streaming'"),
+    ),
 )

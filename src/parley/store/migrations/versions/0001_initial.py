@@ -60,7 +60,13 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float, nullable=False),
     )
     op.create_index("ix_messages_conversation", "messages", ["conversation_id", "created_at"])
-    op.create_index("ix_messages_status", "messages", ["status"])
+    op.create_index(
+        "ix_messages_streaming",
+        "messages",
+        ["status"],
+        sqlite_where=sa.text("status = 'streaming'"),
+        postgresql_where=sa.text("status = 'streaming'"),
+    )
 
 
 def downgrade() -> None:
