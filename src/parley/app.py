@@ -44,7 +44,9 @@ def create_app(settings: Settings) -> FastAPI:
             log.warning("marked %d message(s) left streaming as interrupted", interrupted)
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(600.0, connect=10.0),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            # httpcore scans its whole pool for every request: with a hundred idle
+            # connections that scan dominated CPU under load (docs/performance.md).
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=20),
             follow_redirects=False,
         )
         registry = build_registry(settings, client)
