@@ -1,4 +1,8 @@
-"""The benchmark report: the Markdown table (each figure against its target) and plots."""
+"""The benchmark report: the Markdown table (each figure against its target) and plots.
+
+``python -m parley.bench.report docs/bench`` writes the table and plots again from
+that folder's ``bench.json``.
+"""
 
 from __future__ import annotations
 
@@ -241,8 +245,9 @@ def plots(report: dict[str, Any], out: Path) -> None:
         axes[0].plot(
             [lv["concurrency"] for lv in levels], [lv["rps"] for lv in levels], "o-", label=name
         )
+    axes[0].set_yscale("log")
     axes[0].set_xlabel("clients (closed loop)")
-    axes[0].set_ylabel("non-streaming requests/s")
+    axes[0].set_ylabel("non-streaming requests/s (log)")
     axes[0].set_title("throughput against concurrency")
     axes[0].grid(alpha=0.3)
     axes[0].legend()
@@ -262,3 +267,19 @@ def plots(report: dict[str, Any], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "throughput.png", dpi=110)
     plt.close(fig)
+
+
+def main() -> None:
+    import sys
+
+    import orjson
+
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench")
+    report = orjson.loads((folder / "bench.json").read_bytes())
+    (folder / "bench.md").write_text(markdown(report))
+    plots(report, folder)
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
