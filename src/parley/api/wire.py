@@ -24,6 +24,7 @@ from parley.messages import (
     ToolResult,
     ToolSpec,
 )
+from parley.providers.protocol import SAMPLING_OPTIONS
 from parley.settings import ChatSettings
 from parley.tools.registry import ToolRegistry
 
@@ -114,18 +115,7 @@ class ChatCompletionRequest(_Wire):
     extra_body: dict[str, Any] | None = None
 
 
-_PASSTHROUGH = (
-    "reasoning_effort",
-    "logprobs",
-    "top_logprobs",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "response_format",
-    "user",
-    "parallel_tool_calls",
-    "logit_bias",
-)
+_PASSTHROUGH = sorted(SAMPLING_OPTIONS)
 
 
 def to_turn(

@@ -27,7 +27,7 @@ from parley.events import (
     UsageEvent,
 )
 from parley.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, Usage
-from parley.providers.http import error_from_response, transport_error
+from parley.providers.http import provider_timeout, stream_events
 from parley.providers.protocol import ModelRequest
 from parley.providers.sse import iter_sse
 from parley.settings import ProviderSettings
@@ -81,26 +81,15 @@ class AnthropicProvider:
             headers["x-api-key"] = config.api_key.get_secret_value()
         headers.update(config.headers)
         self._headers = headers
-        self._timeout = httpx.Timeout(
-            config.timeout_seconds, connect=config.connect_timeout_seconds
-        )
+        self._timeout = provider_timeout(config)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
         body = orjson.dumps(request_body(request))
-        try:
-            async with self._client.stream(
-                "POST",
-                f"{self._url}/v1/messages",
-                content=body,
-                headers=self._headers,
-                timeout=self._timeout,
-            ) as response:
-                if response.status_code >= 400:
-                    raise await error_from_response(self.name, response)
-                async for event in self._events(response):
-                    yield event
-        except httpx.HTTPError as exc:
-            raise transport_error(self.name, exc) from exc
+        url = f"{self._url}/v1/messages"
+        async for event in stream_events(
+            self._client, self.name, url, body, self._headers, self._timeout, self._events
+        ):
+            yield event
 
     async def _events(self, response: httpx.Response) -> AsyncIterator[Event]:
         stop: StopReason = "end_turn"

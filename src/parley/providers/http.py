@@ -9,11 +9,14 @@ from __future__ import annotations
 import email.utils
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import orjson
 
 from parley.errors import ProviderError, is_retryable_status
+from parley.events import Event
+from parley.settings import ProviderSettings
 
 _MAX_ERROR_BODY = 16 * 1024
 log = logging.getLogger(__name__)
@@ -98,3 +101,30 @@ def transport_error(provider: str, exc: httpx.HTTPError) -> ProviderError:
         retryable=True,
         code="upstream_unreachable",
     )
+
+
+def provider_timeout(config: ProviderSettings) -> httpx.Timeout:
+    return httpx.Timeout(config.timeout_seconds, connect=config.connect_timeout_seconds)
+
+
+async def stream_events(
+    client: httpx.AsyncClient,
+    provider: str,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    limits: httpx.Timeout,
+    parse: Callable[[httpx.Response], AsyncIterator[Event]],
+) -> AsyncIterator[Event]:
+    """POST ``body`` and yield what ``parse`` reads from the streamed response; an error
+    status or a transport fault (before or during the stream) is a ProviderError."""
+    try:
+        async with client.stream(
+            "POST", url, content=body, headers=headers, timeout=limits
+        ) as response:
+            if response.status_code >= 400:
+                raise await error_from_response(provider, response)
+            async for event in parse(response):
+                yield event
+    except httpx.HTTPError as exc:
+        raise transport_error(provider, exc) from exc

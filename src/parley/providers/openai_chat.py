@@ -25,26 +25,15 @@ from parley.events import (
     UsageEvent,
 )
 from parley.messages import ImagePart, Message, TextPart, ToolCallPart, Usage
-from parley.providers.http import error_from_response, transport_error
-from parley.providers.protocol import ModelRequest
+from parley.providers.http import (
+    error_from_response,
+    provider_timeout,
+    stream_events,
+    transport_error,
+)
+from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
 from parley.providers.sse import iter_sse
 from parley.settings import ProviderSettings
-
-OPENAI_OPTIONS = frozenset(
-    {
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "response_format",
-        "user",
-        "parallel_tool_calls",
-        "logit_bias",
-        "reasoning_effort",
-        "logprobs",
-        "top_logprobs",
-    }
-)
-"""Request options this wire format knows; others in ``ModelRequest.options`` stay home."""
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -68,9 +57,7 @@ class OpenAIChatProvider:
             headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
         headers.update(config.headers)
         self._headers = headers
-        self._timeout = httpx.Timeout(
-            config.timeout_seconds, connect=config.connect_timeout_seconds
-        )
+        self._timeout = provider_timeout(config)
         self._tokens_field = config.max_tokens_field or (
             "max_completion_tokens" if "api.openai.com" in self._url else "max_tokens"
         )
@@ -81,20 +68,11 @@ class OpenAIChatProvider:
                 yield event
             return
         body = orjson.dumps(request_body(request, self._tokens_field))
-        try:
-            async with self._client.stream(
-                "POST",
-                f"{self._url}/chat/completions",
-                content=body,
-                headers=self._headers,
-                timeout=self._timeout,
-            ) as response:
-                if response.status_code >= 400:
-                    raise await error_from_response(self.name, response)
-                async for event in self._events(response):
-                    yield event
-        except httpx.HTTPError as exc:
-            raise transport_error(self.name, exc) from exc
+        url = f"{self._url}/chat/completions"
+        async for event in stream_events(
+            self._client, self.name, url, body, self._headers, self._timeout, self._events
+        ):
+            yield event
 
     async def _whole(self, request: ModelRequest) -> AsyncIterator[Event]:
         """One non-streamed upstream reply, yielded as the events a stream would give."""
@@ -249,7 +227,7 @@ def request_body(request: ModelRequest, tokens_field: str = "max_tokens") -> dic
         ]
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
-    body.update({k: v for k, v in request.options.items() if k in OPENAI_OPTIONS})
+    body.update({k: v for k, v in request.options.items() if k in SAMPLING_OPTIONS})
     return body
 
 

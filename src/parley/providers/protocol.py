@@ -15,6 +15,23 @@ from typing import Any, Protocol
 from parley.events import Event
 from parley.messages import Message, ToolSpec
 
+SAMPLING_OPTIONS = frozenset(
+    {
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "response_format",
+        "user",
+        "parallel_tool_calls",
+        "logit_bias",
+        "reasoning_effort",
+        "logprobs",
+        "top_logprobs",
+    }
+)
+"""Request fields (OpenAI's names) that travel in ``ModelRequest.options``; each adapter
+sends those its wire format knows."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
