@@ -95,3 +95,17 @@ def test_bad_files_are_rejected(tmp_path: Path, content: dict[str, object]) -> N
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_settings(tmp_path / "absent.yaml")
+
+
+def test_example_file_names_every_setting() -> None:
+    """examples/parley.yaml documents every key the settings accept."""
+    from parley.settings import ModelAlias, ProviderSettings, Settings
+
+    text = EXAMPLE.read_text()
+    missing = [f"{name}" for name in Settings.model_fields if name not in text]
+    for name, field in Settings.model_fields.items():
+        sub = getattr(field.annotation, "model_fields", {})
+        missing += [f"{name}.{key}" for key in sub if f"{key}:" not in text]
+    for model, prefix in ((ProviderSettings, "providers"), (ModelAlias, "models")):
+        missing += [f"{prefix}.{key}" for key in model.model_fields if f"{key}:" not in text]
+    assert missing == []
