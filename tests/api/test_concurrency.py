@@ -37,10 +37,17 @@ async def test_fifty_concurrent_streams(parley: ParleyServer, upstream: MockOpen
     assert all(r == "".join(f"w{i} " for i in range(20)) for r in replies)
     assert "locked" not in parley.log()
     stored = db_rows(
-        parley.db_path, "SELECT count(*) AS c FROM messages WHERE conversation_id = ?", shared
-    )[0]["c"]
+        parley.db_path,
+        "SELECT id, parent_id, role, status FROM messages WHERE conversation_id = ?",
+        shared,
+    )
+    assert len(stored) == 2 + 25 * 2
+    assert all(row["status"] == "complete" for row in stored)
+    # every new user message hangs under the message its model call was shown (turns
+    # racing each other start branches); the current branch is one unbroken chain
+    ids = {row["id"] for row in stored}
+    assert all(row["parent_id"] in ids for row in stored if row["parent_id"] is not None)
     async with httpx.AsyncClient() as http:
         branch = (await http.get(f"{parley.url}/v1/conversations/{shared}")).json()["messages"]
-    # 25 turns appended to one conversation concurrently still form one linear branch
-    assert len(branch) == stored == 2 + 25 * 2
-    assert all(m["status"] == "complete" for m in branch)
+    assert [m["parent_id"] for m in branch[1:]] == [m["id"] for m in branch[:-1]]
+    assert branch[-1]["role"] == "assistant"

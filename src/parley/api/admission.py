@@ -37,7 +37,7 @@ class Admission:
             return
         if self._monitor is None and self.max_lag > 0:
             self._monitor = asyncio.get_running_loop().create_task(self._watch_lag())
-        refusal = self._refusal()
+        refusal = self._refusal(scope)
         if refusal is not None:
             await error_response(refusal)(scope, receive, send)
             return
@@ -47,8 +47,12 @@ class Admission:
         finally:
             self.in_flight -= 1
 
-    def _refusal(self) -> Overloaded | None:
-        if self.in_flight >= self.max_in_flight:
+    def _refusal(self, scope: Scope) -> Overloaded | None:
+        # Generations whose client left keep running (on_disconnect: continue): they
+        # count too, or connecting and leaving in a loop would start unbounded work.
+        state = getattr(scope["app"].state, "parley", None) if "app" in scope else None
+        running = state.service.running if state is not None else 0
+        if max(self.in_flight, running) >= self.max_in_flight:
             return Overloaded(
                 f"too many requests in flight ({self.max_in_flight}); try again shortly",
                 retry_after=1,

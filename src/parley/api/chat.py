@@ -44,6 +44,11 @@ from parley.messages import ReasoningPart, TextPart, ToolCallPart, Usage
 
 router = APIRouter()
 
+
+class ClientGone(ParleyError):
+    """The client of a non-streaming request went away before the reply."""
+
+
 _OPENAPI = {
     "requestBody": {
         "required": True,
@@ -137,6 +142,13 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
         started = False
 
         async def sink(event: Event) -> None:
+            try:
+                await deliver(event)
+            except BaseException:
+                await write(None)  # whatever failed, the response ends
+                raise
+
+        async def deliver(event: Event) -> None:
             nonlocal started
             if not started:
                 if isinstance(event, StreamError):
@@ -206,7 +218,7 @@ async def _collect(state: AppState, generation: Generation, request: Request) ->
             pass
         generation.detach(cancel=state.settings.server.on_disconnect == "cancel")
         if not finished.done():
-            finished.set_result(StreamError(ParleyError("client disconnected", code="gone")))
+            finished.set_result(StreamError(ClientGone("client disconnected")))
 
     state.service.start(generation, sink)
     watcher = asyncio.create_task(watch())
@@ -215,6 +227,8 @@ async def _collect(state: AppState, generation: Generation, request: Request) ->
     finally:
         watcher.cancel()
     if isinstance(last, StreamError):
+        if isinstance(last.error, ClientGone):
+            return Response(status_code=499)  # nobody is listening; not a server error
         raise last.error
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
     parts = generation.accumulator.parts()

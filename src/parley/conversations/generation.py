@@ -85,6 +85,7 @@ class Generation:
         self._cancel_when_gone = False
         self._checkpoint: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._final: asyncio.Future[None] | None = None
 
     def start(self, sink: Sink, *, cancel_when_gone: bool) -> None:
         self._sink = sink
@@ -102,9 +103,12 @@ class Generation:
             self._task.cancel()
 
     async def wait(self) -> None:
-        """Wait for the task (and its final write) to finish."""
+        """Wait for the task and its final write (which outlives a cancelled task)."""
         if self._task is not None:
-            await asyncio.shield(self._task)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._task)
+        if self._final is not None:
+            await asyncio.shield(self._final)
 
     async def _emit(self, event: Event) -> None:
         sink = self._sink
@@ -149,7 +153,8 @@ class Generation:
         except ParleyError as exc:
             error = exc
         except (asyncio.CancelledError, _ClientGone) as exc:
-            await asyncio.shield(self._finish_after(saved, "interrupted", None))
+            self._final = asyncio.ensure_future(self._finish_after(saved, "interrupted", None))
+            await asyncio.shield(self._final)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
@@ -171,8 +176,9 @@ class Generation:
         last: Done | StreamError,
     ) -> None:
         """Write the final state, then hand the last item to the client."""
+        self._final = asyncio.ensure_future(self._finish_after(saved, status, error))
         try:
-            await asyncio.shield(self._finish_after(saved, status, error))
+            await asyncio.shield(self._final)
         except Exception as exc:
             log.exception("saving %s failed", self.message_id)
             failure = exc if isinstance(exc, ParleyError) else None

@@ -71,6 +71,11 @@ class ConversationService:
         self._registry = registry
         self._running: set[Generation] = set()
 
+    @property
+    def running(self) -> int:
+        """Generations still running, whether or not a client is attached."""
+        return len(self._running)
+
     async def shutdown(self, grace_seconds: float) -> None:
         """Let running generations finish for ``grace_seconds``, then cancel the rest."""
         running = list(self._running)
@@ -188,7 +193,9 @@ class ConversationService:
             # The same message again after a reply that failed before any output (a
             # client retrying): answer the stored message instead of storing it twice.
             return history, [], updates, stored[-2].id
-        return history, [last], updates, None
+        # The new message goes under what the model is shown, even if another turn
+        # lands first (it then starts a branch of its own).
+        return history, [last], updates, stored[-1].id if stored else None
 
 
 def _is_retry(stored: list[StoredMessage], message: Message) -> bool:

@@ -94,7 +94,14 @@ class OpenAIChatProvider:
             reply = orjson.loads(response.content)
             choice = reply["choices"][0]
             message = choice.get("message") or {}
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            content = message.get("content")
+            if isinstance(content, list):  # content parts: keep their text
+                content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+            if not isinstance(content, str | None) or not isinstance(
+                message.get("tool_calls") or [], list
+            ):
+                raise TypeError("unexpected reply shape")
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
             raise ProviderError(
                 f"upstream sent a malformed reply: {response.content[:200]!r}",
                 provider=self.name,
@@ -103,8 +110,8 @@ class OpenAIChatProvider:
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         if reasoning:
             yield ReasoningDelta(reasoning)
-        if message.get("content"):
-            yield TextDelta(message["content"])
+        if content:
+            yield TextDelta(content)
         for index, call in enumerate(message.get("tool_calls") or ()):
             function = call.get("function") or {}
             yield ToolCallDelta(

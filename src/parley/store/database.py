@@ -24,6 +24,8 @@ file. FULL also fsyncs the WAL on every commit. Set ``database.sqlite_synchronou
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,12 +35,17 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from parley.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+LOCK_WAIT_MS = 20
+"""How long one write attempt on the event loop may wait for SQLite's lock."""
+LOCK_RETRY_SECONDS = 0.05
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Database:
@@ -48,6 +55,7 @@ class Database:
         self._sync: Engine | None = None
         self._async: AsyncEngine | None = None
         self._writer: Connection | None = None
+        self._busy_seconds = settings.database.busy_timeout_ms / 1000
         if self.is_sqlite:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             self._sync = _sqlite_engine(settings)
@@ -56,25 +64,62 @@ class Database:
             self._async = create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
 
     async def write(self, transaction: Callable[[Connection], T]) -> T:
-        """Run ``transaction`` in one write transaction and commit it."""
-        if self._sync is not None:
-            writer = self._writer_connection()
-            writer.exec_driver_sql("BEGIN IMMEDIATE")
+        """Run ``transaction`` in one write transaction and commit it.
+
+        On SQLite, when another process holds the write lock (``parley keys``, a
+        backup), the loop is not blocked: each attempt waits at most ``LOCK_WAIT_MS``
+        and the next one comes after a pause, for ``busy_timeout_ms`` in all.
+        """
+        if self._sync is None:
+            assert self._async is not None
+            async with self._async.begin() as connection:
+                return await connection.run_sync(transaction)
+        deadline = time.monotonic() + self._busy_seconds
+        while True:
             try:
-                result = transaction(writer)
-            except BaseException:
-                writer.exec_driver_sql("ROLLBACK")
-                raise
+                return self._write_inline(transaction)
+            except OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(LOCK_RETRY_SECONDS)
+
+    def _write_inline(self, transaction: Callable[[Connection], T]) -> T:
+        writer = self._writer_connection()
+        try:
+            writer.exec_driver_sql("BEGIN IMMEDIATE")
+            result = transaction(writer)
             writer.exec_driver_sql("COMMIT")
             return result
-        assert self._async is not None
-        async with self._async.begin() as connection:
-            return await connection.run_sync(transaction)
+        except BaseException:
+            self._abandon(writer)
+            raise
+
+    def _abandon(self, writer: Connection) -> None:
+        """After a failed write: end any open transaction; start afresh if in doubt."""
+        try:
+            if writer.invalidated:
+                raise RuntimeError("connection invalidated")
+            raw = writer.connection.driver_connection
+            if raw is not None and raw.in_transaction:
+                writer.exec_driver_sql("ROLLBACK")
+            if writer.in_transaction():
+                writer.rollback()  # SQLAlchemy's own bookkeeping
+        except Exception:
+            log.warning("the database writer connection is reset after an error")
+            try:
+                writer.invalidate()
+                writer.close()
+            finally:
+                self._writer = None
 
     def _writer_connection(self) -> Connection:
         assert self._sync is not None
-        if self._writer is None or self._writer.closed:
+        if self._writer is None or self._writer.closed or self._writer.invalidated:
             self._writer = self._sync.connect()
+            # The loop never waits long for the lock; write() retries with pauses.
+            self._writer.exec_driver_sql(f"PRAGMA busy_timeout={LOCK_WAIT_MS}")
         return self._writer
 
     async def read(self, query: Callable[[Connection], T]) -> T:
@@ -96,8 +141,29 @@ class Database:
             return await connection.run_sync(query)
 
     async def migrate(self) -> None:
-        """Apply every pending migration."""
-        await self.write(_upgrade)
+        """Apply every pending migration.
+
+        On SQLite, foreign keys are off while migrating: a batch migration copies and
+        drops tables, and a drop would otherwise cascade to every row that refers to
+        them. The keys are checked afterwards.
+        """
+        if self._sync is None:
+            assert self._async is not None
+            async with self._async.begin() as connection:
+                await connection.run_sync(_upgrade)
+            return
+        with self._sync.connect() as connection:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            try:
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+                _upgrade(connection)
+                problems = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if problems:
+                    connection.exec_driver_sql("ROLLBACK")
+                    raise RuntimeError(f"migration broke foreign keys: {problems[:5]}")
+                connection.exec_driver_sql("COMMIT")
+            finally:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
 
     async def dispose(self) -> None:
         if self._sync is not None:

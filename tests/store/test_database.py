@@ -1,0 +1,86 @@
+"""The SQLite writer: it never blocks the loop on another process's lock, and it
+recovers after a failed transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, text
+
+from parley.settings import Settings
+from parley.store.database import Database
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    db = Database(Settings(data_dir=tmp_path, database={"busy_timeout_ms": 3000}))  # type: ignore[arg-type]
+    await db.migrate()
+    await db.migrate()  # a second run finds nothing to do
+    yield db
+    await db.dispose()
+
+
+def insert_key(name: str) -> Callable[[Connection], None]:
+    def transaction(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "INSERT INTO api_keys (id, owner, name, key_hash, prefix, created_at) "
+                "VALUES (:id, 'o', :id, :id, 'p', 0)"
+            ),
+            {"id": name},
+        )
+
+    return transaction
+
+
+async def count(db: Database) -> int:
+    return int(await db.read(lambda c: c.execute(text("SELECT count(*) FROM api_keys")).scalar()))
+
+
+async def test_a_failed_transaction_leaves_the_writer_usable(database: Database) -> None:
+    await database.write(insert_key("a"))
+    with pytest.raises(Exception, match="UNIQUE"):
+        await database.write(insert_key("a"))
+
+    def fails_midway(conn: Connection) -> None:
+        insert_key("b")(conn)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        await database.write(fails_midway)
+    await database.write(insert_key("c"))
+    assert await count(database) == 2  # a and c; b was rolled back
+
+
+async def test_another_process_holding_the_lock_does_not_block_the_loop(
+    database: Database, tmp_path: Path
+) -> None:
+    other = sqlite3.connect(tmp_path / "parley.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticking = asyncio.ensure_future(ticker())
+    writing = asyncio.ensure_future(database.write(insert_key("x")))
+    started = time.monotonic()
+    await asyncio.sleep(0.5)
+    assert not writing.done()
+    assert ticks >= 20  # the loop kept running while the write waited
+    other.execute("COMMIT")
+    other.close()
+    await asyncio.wait_for(writing, 5)
+    ticking.cancel()
+    assert time.monotonic() - started < 3
+    assert await count(database) == 1
