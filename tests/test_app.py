@@ -1,0 +1,35 @@
+"""App-level behaviour: the garbage-collection pacer."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+
+from parley import app as app_module
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_gc_pacer_takes_over_and_gives_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app_module, "YOUNG_GC_SECONDS", 0.01)
+    monkeypatch.setattr(app_module, "FULL_GC_SECONDS", 0.03)
+    calls: list[int] = []
+    real_collect = gc.collect
+
+    def counting(generation: int = 2) -> int:
+        calls.append(generation)
+        return real_collect(generation)
+
+    monkeypatch.setattr(gc, "collect", counting)
+    assert gc.isenabled()
+    pacer = asyncio.ensure_future(app_module.pace_garbage_collection())
+    await asyncio.sleep(0.1)
+    assert not gc.isenabled()  # automatic collection is off while the pacer runs
+    assert 1 in calls  # young generations, often
+    assert 2 in calls  # and now and then a full collection
+    pacer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pacer
+    assert gc.isenabled()
