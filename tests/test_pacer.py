@@ -1,4 +1,4 @@
-"""App-level behaviour: the garbage-collection pacer."""
+"""The garbage-collection pacer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from parley import app as app_module
+from parley import pacer as app_module
 
 pytestmark = pytest.mark.anyio
 
