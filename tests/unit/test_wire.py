@@ -11,6 +11,11 @@ from parley.providers.openai_chat import to_openai_messages
 from parley.settings import ChatSettings
 from parley.tools.registry import ToolRegistry
 
+CALLS = [
+    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+    {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+]
+
 
 def wire(*messages: dict[str, object]) -> ChatCompletionRequest:
     return ChatCompletionRequest.model_validate({"messages": list(messages)})
@@ -23,10 +28,7 @@ def test_tool_results_fold_into_their_calls() -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
-                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
-            ],
+            "tool_calls": CALLS,
         },
         {"role": "tool", "tool_call_id": "c2", "content": "two"},
         {"role": "tool", "tool_call_id": "c1", "content": "one"},
@@ -44,10 +46,7 @@ def test_tool_results_fold_into_their_calls() -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
-                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
-            ],
+            "tool_calls": CALLS,
         },
         {"role": "tool", "tool_call_id": "c1", "content": "one"},
         {"role": "tool", "tool_call_id": "c2", "content": "two"},

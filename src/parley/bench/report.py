@@ -133,6 +133,14 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         )
     )
     m = f.get("7_memory", {})
+
+    def memory(name: str) -> str:
+        return (
+            f"{_fmt(_get(m, name, 'idle_at_start_mb'))} MB / "
+            f"{_fmt(_get(m, name, 'per_stream_kb'))} KB / "
+            f"{_fmt(_get(m, name, 'after_vs_idle'))}x"
+        )
+
     idle = _get(m, "parley", "idle_at_start_mb")
     per = _get(m, "parley", "per_stream_kb")
     after = _get(m, "parley", "after_vs_idle")
@@ -140,13 +148,9 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     out.append(
         (
             "7. memory: idle / per open stream / after vs idle",
-            f"{_fmt(idle)} MB / {_fmt(per)} KB / {_fmt(after)}x",
-            f"{_fmt(_get(m, 'floor', 'idle_at_start_mb'))} MB / "
-            f"{_fmt(_get(m, 'floor', 'per_stream_kb'))} KB / "
-            f"{_fmt(_get(m, 'floor', 'after_vs_idle'))}x",
-            f"{_fmt(_get(m, 'litellm', 'idle_at_start_mb'))} MB / "
-            f"{_fmt(_get(m, 'litellm', 'per_stream_kb'))} KB / "
-            f"{_fmt(_get(m, 'litellm', 'after_vs_idle'))}x",
+            memory("parley"),
+            memory("floor"),
+            memory("litellm"),
             "<= 120 MB / 64 KB / 1.1x",
             _verdict(ok7),
         )
