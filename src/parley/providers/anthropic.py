@@ -268,7 +268,7 @@ def to_anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
-            if message.text:
+            if message.text.strip():
                 system.append(message.text)
         elif message.role == "user":
             _append(out, "user", _user_blocks(message))
@@ -289,7 +289,7 @@ def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
 def _user_blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in message.parts:
-        if isinstance(part, TextPart) and part.text:
+        if isinstance(part, TextPart) and part.text.strip():  # blank text blocks are refused
             blocks.append({"type": "text", "text": part.text})
         elif isinstance(part, ImagePart):
             blocks.append(_image_block(part.url))
@@ -319,7 +319,7 @@ def _assistant_steps(out: list[dict[str, Any]], message: Message) -> None:
                 {"type": "tool_use", "id": part.id, "name": part.name, "input": _input(part)}
             )
             continue
-        if isinstance(part, TextPart) and part.text:
+        if isinstance(part, TextPart) and part.text.strip():
             block = {"type": "text", "text": part.text}
         elif isinstance(part, ReasoningPart) and part.signature:
             block = {"type": "thinking", "thinking": part.text, "signature": part.signature}
@@ -336,6 +336,7 @@ def _flush_step(
     out: list[dict[str, Any]], blocks: list[dict[str, Any]], calls: list[ToolCallPart]
 ) -> None:
     _append(out, "assistant", blocks)
+    # The Messages API refuses an empty (or blank) tool_result content.
     _append(
         out,
         "user",
@@ -343,7 +344,7 @@ def _flush_step(
             {
                 "type": "tool_result",
                 "tool_use_id": c.id,
-                "content": c.result.content,
+                "content": c.result.content if c.result.content.strip() else "[no output]",
                 "is_error": c.result.is_error,
             }
             for c in calls
