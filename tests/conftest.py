@@ -58,6 +58,9 @@ def server_config(upstream: MockOpenAI, **overrides: Any) -> dict[str, Any]:
         "default_model": "fast",
         "chat": {"checkpoint_seconds": 0.2},
         "server": {"keepalive_seconds": 1.0},
+        # The shared server does not retry, so error-mapping tests see one upstream call;
+        # tests/api/test_agent.py runs its own server with retries and fallbacks.
+        "agent": {"retry_backoff_seconds": []},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):

@@ -24,15 +24,14 @@ from parley.api.auth import Authenticator
 from parley.api.state import AppState
 from parley.conversations.service import ConversationService
 from parley.pacer import pace_garbage_collection
+from parley.providers.pricing import PriceCatalog
 from parley.providers.registry import build_registry
 from parley.settings import Settings
 from parley.store.database import Database
 from parley.store.repository import ConversationStore, KeyStore
-from parley.tools.registry import ToolRegistry
+from parley.tools.builtins import build_registry as build_tools
 
 log = logging.getLogger("parley")
-
-SHUTDOWN_GRACE_SECONDS = 10.0
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -53,7 +52,10 @@ def create_app(settings: Settings) -> FastAPI:
         )
         registry = build_registry(settings, client)
         keys = KeyStore(database)
-        service = ConversationService(settings, conversation_store, registry)
+        tools = build_tools(settings)
+        service = ConversationService(
+            settings, conversation_store, registry, tools, PriceCatalog(settings.pricing)
+        )
         app.state.parley = AppState(
             settings=settings,
             auth=Authenticator(
@@ -65,7 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
             conversations=conversation_store,
             keys=keys,
             registry=registry,
-            tools=ToolRegistry(),
+            tools=tools,
         )
         if not await keys.active():
             log.warning(
@@ -80,7 +82,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             pacer.cancel()
-            await service.shutdown(SHUTDOWN_GRACE_SECONDS)
+            await service.shutdown(settings.agent.shutdown_grace_seconds)
             await registry.aclose()
             await client.aclose()
             await database.dispose()

@@ -11,9 +11,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, TypeVar
 
 import typer
+import uvicorn
 from rich.console import Console
 from rich.table import Table
 
@@ -71,7 +73,6 @@ def serve(
     config: ConfigOption = None,
 ) -> None:
     """Run the server."""
-    import uvicorn
 
     from parley.app import create_app
 
@@ -90,15 +91,32 @@ def serve(
         f"Parley {__version__} on http://{settings.server.host}:{settings.server.port} "
         f"- providers: {providers} - data: {settings.data_dir}"
     )
-    uvicorn.run(
+    server_config = uvicorn.Config(
         create_app(settings),
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
         loop="uvloop",
         http="httptools",
-        timeout_graceful_shutdown=15,
+        # Parley ends its own turns within the grace period; uvicorn waits a little longer.
+        timeout_graceful_shutdown=int(settings.agent.shutdown_grace_seconds) + 5,
     )
+    _Server(server_config, settings.agent.shutdown_grace_seconds).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, telling Parley the moment SIGTERM or SIGINT arrives: new turns are
+    refused and agent loops stop at their next step while streams finish."""
+
+    def __init__(self, config: uvicorn.Config, grace_seconds: float) -> None:
+        super().__init__(config)
+        self._grace = grace_seconds
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        state = getattr(getattr(self.config.app, "state", None), "parley", None)
+        if state is not None:
+            state.service.request_shutdown(self._grace)
+        super().handle_exit(sig, frame)
 
 
 @app.command()

@@ -53,6 +53,46 @@ class Status:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """A server-side tool call is about to run (never a client's tool)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    kind: Literal["tool_started"] = "tool_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call_id: str
+    name: str
+    arguments: str
+    output: str
+    is_error: bool
+    seconds: float
+    kind: Literal["tool_finished"] = "tool_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """The answer restarts (a retry or a fallback model): clients drop partial output."""
+
+    reason: str
+    attempt: int
+    model: str
+    delay_seconds: float
+    kind: Literal["restart"] = "restart"
+
+
+@dataclass(frozen=True, slots=True)
+class StepDone:
+    """An agent step (model call and its tools) is complete: a moment to persist."""
+
+    iteration: int
+    kind: Literal["step_done"] = "step_done"
+
+
+@dataclass(frozen=True, slots=True)
 class UsageEvent:
     usage: Usage
     kind: Literal["usage"] = "usage"
@@ -72,7 +112,19 @@ class StreamError:
     kind: Literal["error"] = "error"
 
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Status | UsageEvent | Done | StreamError
+Event = (
+    TextDelta
+    | ReasoningDelta
+    | ToolCallDelta
+    | Status
+    | ToolStarted
+    | ToolFinished
+    | Restart
+    | StepDone
+    | UsageEvent
+    | Done
+    | StreamError
+)
 
 FINISH_REASONS: dict[StopReason, str] = {
     "end_turn": "stop",

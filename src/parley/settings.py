@@ -82,6 +82,11 @@ class ModelAlias(_Section):
     max_tokens: int | None = None
     temperature: float | None = None
     description: str | None = None
+    fallbacks: list[str] = Field(
+        default_factory=list,
+        description="Models (aliases or provider/model) tried in order when this one keeps "
+        "failing before any output.",
+    )
 
 
 class ServerSettings(_Section):
@@ -106,6 +111,89 @@ class ChatSettings(_Section):
     max_message_chars: int = 2_000_000
     max_tools: int = 128
     max_tokens_limit: int = 1_000_000
+
+
+class RepairSettings(_Section):
+    """Message repair before every model call (behaviours.md section 2)."""
+
+    min_messages_to_trim: int = 8
+    context_fraction: float = Field(default=0.8, gt=0, le=1)
+    estimate_safety: float = Field(default=1.2, ge=1)
+    keep_recent_messages: int = 6
+    summary_fraction: float = Field(default=0.4, gt=0, le=1)
+    old_tool_result_chars: int = 800
+
+
+class AgentSettings(_Section):
+    """The agent loop: budgets, deadlines, retries and loop detection."""
+
+    max_iterations: int = Field(default=50, ge=1)
+    no_progress_seconds: float = Field(default=300.0, gt=0)
+    wall_clock_seconds: float = Field(default=1200.0, gt=0)
+    max_turn_tokens: int | None = Field(
+        default=None, ge=1, description="Input + output tokens a turn may use (all steps)."
+    )
+    max_turn_cost_usd: float | None = Field(default=None, gt=0)
+    first_token_base_seconds: float = Field(default=30.0, gt=0)
+    first_token_seconds_per_1k_input: float = Field(default=1.0, ge=0)
+    first_token_max_seconds: float = Field(default=180.0, gt=0)
+    between_chunks_seconds: float = Field(default=30.0, gt=0)
+    retry_backoff_seconds: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])
+    max_retry_after_seconds: float = Field(
+        default=30.0, description="A longer Retry-After skips to the fallback model."
+    )
+    loop_window: int = Field(default=12, ge=2)
+    loop_max_cycle: int = Field(default=3, ge=1)
+    loop_repeats: int = Field(default=3, ge=2)
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    repair: RepairSettings = Field(default_factory=RepairSettings)
+
+
+class WebFetchSettings(_Section):
+    timeout_seconds: float = Field(default=20.0, gt=0)
+    max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
+    max_redirects: int = Field(default=5, ge=0)
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names or IP networks (CIDR) exempt from the private-address guard.",
+    )
+
+
+class ShellSettings(_Section):
+    enabled: bool = False
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    max_output_chars: int = Field(default=20_000, gt=0)
+    max_memory_mb: int = Field(default=512, gt=0)
+
+
+class ToolSettings(_Section):
+    """Server-side tools: which are on by default, and the limits they run under."""
+
+    default_tools: list[str] = Field(
+        default_factory=list, description="Server tools offered on every request."
+    )
+    pinned_tools: list[str] = Field(default_factory=list)
+    timeout_seconds: float = Field(default=600.0, gt=0)
+    max_active: int = Field(default=15, ge=1)
+    idle_iterations: int = Field(default=5, ge=1)
+    warn_active: int = Field(default=25, ge=1)
+    max_output_chars: int = Field(default=50_000, ge=100)
+    head_fraction: float = Field(default=0.7, gt=0, lt=1)
+    spill_bytes: int = Field(default=32 * 1024, ge=1024)
+    preview_bytes: int = Field(default=4 * 1024, ge=256)
+    workspace_dir: Path | None = Field(
+        default=None, description="Per-conversation folders. Default: data_dir/workspaces."
+    )
+    web_fetch: WebFetchSettings = Field(default_factory=WebFetchSettings)
+    shell: ShellSettings = Field(default_factory=ShellSettings)
+
+
+class ModelPrice(_Section):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
 
 
 class AuthSettings(_Section):
@@ -143,6 +231,13 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     providers: list[ProviderSettings] = Field(default_factory=list)
     models: dict[str, ModelAlias] = Field(default_factory=dict)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    pricing: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Prices by model name or name prefix; added to and overriding the "
+        "built-in catalog.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -171,6 +266,10 @@ class Settings(BaseSettings):
                     f"model alias {alias!r} names unknown provider {target.provider!r}"
                 )
         return self
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.tools.workspace_dir or self.data_dir / "workspaces"
 
     @property
     def database_url(self) -> str:

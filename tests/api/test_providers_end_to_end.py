@@ -23,7 +23,8 @@ def anthropic_parley(
     anthropic_upstream: MockAnthropic, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ParleyServer]:
     env = {"ANTHROPIC_API_KEY": "sk-ant-secret", "ANTHROPIC_BASE_URL": anthropic_upstream.base_url}
-    with ParleyServer(tmp_path_factory.mktemp("anthropic"), {}, env=env) as server:
+    config = {"agent": {"retry_backoff_seconds": []}}  # one upstream call per error
+    with ParleyServer(tmp_path_factory.mktemp("anthropic"), config, env=env) as server:
         yield server
 
 

@@ -6,10 +6,10 @@ import pytest
 
 from parley.api.wire import ChatCompletionRequest, to_messages, to_turn
 from parley.errors import InvalidRequest
-from parley.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResult, ToolSpec
+from parley.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResult
 from parley.providers.openai_chat import to_openai_messages
-from parley.settings import ChatSettings
-from parley.tools.registry import ToolRegistry
+from parley.settings import ChatSettings, Settings
+from parley.tools.builtins import build_registry
 
 CALLS = [
     {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
@@ -90,7 +90,7 @@ def test_image_urls_must_be_http_or_data() -> None:
 
 
 def test_server_tools_by_name_and_tool_choice_expansion() -> None:
-    registry = ToolRegistry([ToolSpec("current_time", "The time")])
+    registry = build_registry(Settings())
     body = ChatCompletionRequest.model_validate(
         {
             "messages": [{"role": "user", "content": "x"}],
@@ -100,10 +100,27 @@ def test_server_tools_by_name_and_tool_choice_expansion() -> None:
         }
     )
     turn = to_turn(body, owner="o", limits=ChatSettings(), tools=registry)
-    assert [t.name for t in turn.server_tools] == ["current_time"]
+    assert turn.server_tools == ("current_time",)
     assert [t.name for t in turn.tools] == ["mine"]
     assert turn.tool_choice == {"type": "function", "function": {"name": "mine"}}
     assert turn.conversation_id == "conv_1"
     for keep in ("auto", "none", "required"):
         body.tool_choice = keep
         assert to_turn(body, owner="o", limits=ChatSettings(), tools=registry).tool_choice == keep
+
+
+def test_chatchat_tool_config_enables_server_tools() -> None:
+    registry = build_registry(Settings())
+    body = ChatCompletionRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": ["current_time"],
+            "tool_config": {"web_fetch": {}, "current_time": {}},
+        }
+    )
+    turn = to_turn(body, owner="o", limits=ChatSettings(), tools=registry)
+    assert turn.server_tools == ("current_time", "web_fetch")
+    body.tool_config = {"no_such_tool": {}}
+    with pytest.raises(InvalidRequest) as caught:
+        to_turn(body, owner="o", limits=ChatSettings(), tools=registry)
+    assert caught.value.param == "tool_config"

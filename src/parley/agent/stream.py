@@ -128,3 +128,78 @@ class StreamAccumulator:
             else:
                 parts.extend(self.tool_calls())
         return tuple(parts)
+
+
+class ThinkTagReader:
+    """Turns ``<think>...</think>`` at the start of a reply into reasoning.
+
+    Models such as DeepSeek-R1 and Qwen send their reasoning inline as text. A tag split
+    across chunks is still recognised: text that could be the start of a tag is held
+    back until the next chunk (or ``flush``) decides. Only a tag before any visible text
+    opens reasoning, so an answer that talks about ``<think>`` is left alone.
+    """
+
+    OPEN = "<think>"
+    CLOSE = "</think>"
+
+    __slots__ = ("_after", "_held", "_inside", "_settled")
+
+    def __init__(self) -> None:
+        self._held = ""
+        self._inside = False
+        self._settled = False  # past the point where an opening tag could appear
+        self._after = False  # just closed: drop the blank lines that follow the tag
+
+    def feed(self, text: str) -> list[TextDelta | ReasoningDelta]:
+        out: list[TextDelta | ReasoningDelta] = []
+        buffer = self._held + text
+        self._held = ""
+        while buffer:
+            if self._inside:
+                end = buffer.find(self.CLOSE)
+                if end >= 0:
+                    if end:
+                        out.append(ReasoningDelta(buffer[:end]))
+                    buffer = buffer[end + len(self.CLOSE) :]
+                    self._inside = False
+                    self._settled = self._after = True
+                    continue
+                keep = _partial_suffix(buffer, self.CLOSE)
+                if len(buffer) > keep:
+                    out.append(ReasoningDelta(buffer[: len(buffer) - keep]))
+                self._held = buffer[len(buffer) - keep :]
+                break
+            if self._after:
+                buffer = buffer.lstrip("\r\n")
+                if not buffer:
+                    break
+                self._after = False
+            if not self._settled:
+                stripped = buffer.lstrip()
+                if stripped.startswith(self.OPEN):
+                    self._inside = True
+                    buffer = stripped[len(self.OPEN) :]
+                    continue
+                if self.OPEN.startswith(stripped):
+                    self._held = buffer  # blank, or maybe the start of the tag
+                    break
+                self._settled = True
+            out.append(TextDelta(buffer))
+            break
+        return out
+
+    def flush(self) -> list[TextDelta | ReasoningDelta]:
+        held, self._held = self._held, ""
+        if not held:
+            return []
+        if self._inside:
+            return [ReasoningDelta(held)]
+        return [TextDelta(held)] if held.strip() or self._settled else []
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """The length of the longest end of ``text`` that is a proper start of ``tag``."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:size]):
+            return size
+    return 0

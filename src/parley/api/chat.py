@@ -16,11 +16,16 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from parley.agent.loop import STEP_SEPARATOR
 from parley.api.errors import error_response, validation_error
 from parley.api.sse import (
     DONE,
+    STATUS_AGENT_FINISH,
     STATUS_LLM_END,
+    STATUS_LLM_NEW_TOKEN,
     STATUS_LLM_START,
+    STATUS_TOOL_END,
+    STATUS_TOOL_START,
     ChunkEncoder,
     EventStream,
     usage_to_openai,
@@ -34,10 +39,14 @@ from parley.events import (
     Done,
     Event,
     ReasoningDelta,
+    Restart,
     Status,
+    StepDone,
     StreamError,
     TextDelta,
     ToolCallDelta,
+    ToolFinished,
+    ToolStarted,
     UsageEvent,
 )
 from parley.messages import ReasoningPart, TextPart, ToolCallPart, Usage
@@ -126,6 +135,19 @@ def _parley(generation: Generation) -> dict[str, Any]:
     return {"conversation_id": generation.conversation_id, "message_id": generation.message_id}
 
 
+def _summary(generation: Generation) -> dict[str, Any]:
+    """What the last chunk (or the whole response) adds: cost, and why the loop stopped."""
+    turn = generation.turn
+    extra: dict[str, Any] = {"cost": generation.cost}
+    if turn.stop is not None:
+        extra["stopped"] = {"code": turn.stop.code, "message": turn.stop.message}
+    return extra
+
+
+def _finish_status(generation: Generation) -> int:
+    return STATUS_AGENT_FINISH if generation.turn.server_calls() else STATUS_LLM_END
+
+
 def _stream(state: AppState, generation: Generation, include_usage: bool) -> Response:
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
@@ -155,6 +177,10 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
                     failed_first.append(event.error)
                     await write(None)
                     return
+                if isinstance(event, Status | Restart | UsageEvent | StepDone):
+                    if isinstance(event, UsageEvent):
+                        usage.append(event.usage)
+                    return  # nothing to show (or clear) yet: the 200 waits for output
                 started = True
                 await write(encoder.delta({"role": "assistant", "content": ""}, STATUS_LLM_START))
             match event:
@@ -174,10 +200,51 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
                         function["name"] = name
                     call["function"] = function
                     await write(encoder.delta({"tool_calls": [call]}))
+                case ToolStarted(call_id=call_id, name=name, arguments=arguments):
+                    tool = {"id": call_id, "name": name, "arguments": arguments}
+                    await write(
+                        encoder.progress(
+                            STATUS_TOOL_START,
+                            {"tool": {"phase": "start", **tool}},
+                            {"tool_calls": [{**tool, "tool_output": None, "is_error": False}]},
+                        )
+                    )
+                case ToolFinished():
+                    tool = {"id": event.call_id, "name": event.name, "arguments": event.arguments}
+                    result = {"tool_output": event.output, "is_error": event.is_error}
+                    await write(
+                        encoder.progress(
+                            STATUS_TOOL_END,
+                            {
+                                "tool": {
+                                    "phase": "end",
+                                    **tool,
+                                    **result,
+                                    "seconds": round(event.seconds, 3),
+                                }
+                            },
+                            {"tool_calls": [{**tool, **result}]},
+                        )
+                    )
+                case Restart():
+                    restart = {
+                        "reason": event.reason,
+                        "attempt": event.attempt,
+                        "model": event.model,
+                        "delay_seconds": round(event.delay_seconds, 3),
+                        "clear": True,
+                    }
+                    await write(encoder.progress(STATUS_LLM_NEW_TOKEN, {"restart": restart}))
+                case Status(name=name, detail=detail):
+                    if name != "thinking":
+                        status = {"name": name, "detail": detail}
+                        await write(encoder.progress(STATUS_LLM_NEW_TOKEN, {"status": status}))
                 case UsageEvent(usage=event_usage):
                     usage.append(event_usage)
                 case Done(stop_reason=reason):
-                    frames = encoder.finish(FINISH_REASONS[reason])
+                    frames = encoder.finish(
+                        FINISH_REASONS[reason], _summary(generation), _finish_status(generation)
+                    )
                     if include_usage:
                         frames += encoder.usage(usage[-1] if usage else Usage())
                     await write(frames + DONE)
@@ -185,7 +252,7 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
                 case StreamError(error=error):
                     await write(encoder.error(error.message, error.type, error.code))
                     await write(None)
-                case Status():
+                case StepDone():
                     pass
 
         state.service.start(generation, sink)
@@ -231,10 +298,11 @@ async def _collect(state: AppState, generation: Generation, request: Request) ->
             return Response(status_code=499)  # nobody is listening; not a server error
         raise last.error
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
-    parts = generation.accumulator.parts()
-    text = "".join(p.text for p in parts if isinstance(p, TextPart))
+    parts = generation.turn.parts()
+    text = STEP_SEPARATOR.join(p.text for p in parts if isinstance(p, TextPart) and p.text)
     reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
-    calls = [p for p in parts if isinstance(p, ToolCallPart)]
+    calls = [p for p in parts if isinstance(p, ToolCallPart) and p.result is None]
+    ran = [p for p in parts if isinstance(p, ToolCallPart) and p.result is not None]
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -262,9 +330,23 @@ async def _collect(state: AppState, generation: Generation, request: Request) ->
             }
         ],
         "usage": usage_to_openai(usage[-1] if usage else Usage()),
-        "parley": _parley(generation),
-        "status": STATUS_LLM_END,
+        "parley": {**_parley(generation), **_summary(generation), "tools": _tool_report(ran)},
+        "status": _finish_status(generation),
         "message_type": 1,
         "message_id": generation.message_id,
     }
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _tool_report(calls: list[ToolCallPart]) -> list[dict[str, Any]]:
+    """The server-side tool calls of a reply, for the non-streaming response."""
+    return [
+        {
+            "id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "tool_output": call.result.content if call.result else None,
+            "is_error": bool(call.result and call.result.is_error),
+        }
+        for call in calls
+    ]

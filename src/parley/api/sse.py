@@ -22,6 +22,9 @@ from parley.messages import Usage
 STATUS_LLM_START = 1
 STATUS_LLM_NEW_TOKEN = 2
 STATUS_LLM_END = 3
+STATUS_AGENT_FINISH = 5
+STATUS_TOOL_START = 7
+STATUS_TOOL_END = 8
 STATUS_ERROR = -1
 
 KEEPALIVE = b": ping\n\n"
@@ -99,11 +102,33 @@ class ChunkEncoder:
     def delta(self, delta: dict[str, Any], status: int = STATUS_LLM_NEW_TOKEN) -> bytes:
         return self._prefix + orjson.dumps(delta) + self._tail(status, b"null")
 
-    def finish(self, finish_reason: str, extra: dict[str, Any] | None = None) -> bytes:
+    def finish(
+        self,
+        finish_reason: str,
+        extra: dict[str, Any] | None = None,
+        status: int = STATUS_LLM_END,
+    ) -> bytes:
         if extra:
             self._parley = {**self._parley, **extra}
             self._tails.clear()
-        return self._prefix + b"{}" + self._tail(STATUS_LLM_END, orjson.dumps(finish_reason))
+        return self._prefix + b"{}" + self._tail(status, orjson.dumps(finish_reason))
+
+    def progress(
+        self, status: int, parley: dict[str, Any], top: dict[str, Any] | None = None
+    ) -> bytes:
+        """A chunk with an empty delta that reports progress in the extension fields
+        (``parley`` merged into the response's own, plus Chatchat's top-level fields)."""
+        chunk = orjson.loads(self._head)
+        chunk["choices"] = [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}]
+        if self._usage_null:
+            chunk["usage"] = None
+        chunk["parley"] = {**self._parley, **parley}
+        chunk["status"] = status
+        chunk["message_type"] = 1
+        chunk["message_id"] = orjson.loads(self._message_id)
+        if top:
+            chunk.update(top)
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
     def usage(self, usage: Usage) -> bytes:
         return (

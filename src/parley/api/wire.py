@@ -111,6 +111,8 @@ class ChatCompletionRequest(_Wire):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     # extensions
     conversation_id: str | None = Field(default=None, min_length=1, max_length=64)
+    tool_config: dict[str, Any] | None = None
+    """Langchain-Chatchat: server tools to enable, by name (the values are their options)."""
     metadata: dict[str, Any] | None = None
     extra_body: dict[str, Any] | None = None
 
@@ -137,6 +139,14 @@ def to_turn(
         name: getattr(body, name) for name in _PASSTHROUGH if getattr(body, name) is not None
     }
     client_tools, server_tools = _tool_specs(body.tools or [], tools)
+    tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
+    if isinstance(tool_config, dict):
+        for name in tool_config:
+            if name not in tools:
+                raise InvalidRequest(
+                    f"unknown server tool {name!r}", param="tool_config", code="unknown_tool"
+                )
+        server_tools = (*server_tools, *(n for n in tool_config if n not in server_tools))
     return ChatTurn(
         owner=owner,
         model=body.model,
@@ -283,20 +293,20 @@ def _text_of(content: str | list[Content] | None) -> str:
 
 def _tool_specs(
     tools: list[WireTool | str], registry: ToolRegistry
-) -> tuple[tuple[ToolSpec, ...], tuple[ToolSpec, ...]]:
-    """(client tools, server tools named by plain strings)."""
+) -> tuple[tuple[ToolSpec, ...], tuple[str, ...]]:
+    """(client tools, names of server tools given as plain strings)."""
     specs: list[ToolSpec] = []
-    server: list[ToolSpec] = []
+    server: list[str] = []
     for index, tool in enumerate(tools):
         if isinstance(tool, str):
-            spec = registry.spec(tool)
-            if spec is None:
+            if tool not in registry:
                 raise InvalidRequest(
                     f"unknown server tool {tool!r}",
                     param=f"tools.{index}",
                     code="unknown_tool",
                 )
-            server.append(spec)
+            if tool not in server:
+                server.append(tool)
         else:
             function = tool.function
             specs.append(

@@ -1,4 +1,4 @@
-"""A running generation: one task that saves the turn, calls the model, and feeds a sink.
+"""A running generation: one task that saves the turn, runs the agent loop, feeds a sink.
 
 The task outlives the HTTP request that started it: when the client goes away the turn
 finishes and is saved (or, when configured, is cancelled and saved as interrupted).
@@ -7,7 +7,9 @@ Persistence rules:
 - the turn's new messages are written while the upstream call starts, and nothing is
   handed to the client until that write has committed, so every id a client sees is
   stored;
-- partial output is checkpointed at most every ``checkpoint_seconds``, never per token;
+- partial output is checkpointed at most every ``checkpoint_seconds``, never per token,
+  and each finished agent step (its tool results included) is written before the next
+  step starts, so a crash never loses a tool that ran;
 - the final state is written once, *before* the last item (``Done`` or ``StreamError``)
   is handed to the client, so whatever a client saw finish is in the database.
 
@@ -27,11 +29,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from parley.agent.stream import StreamAccumulator
+from parley.agent.loop import AgentLoop, AgentRequest
+from parley.agent.turn import TurnState
 from parley.errors import NotFound, Overloaded, ParleyError, ProviderError
-from parley.events import FINISH_REASONS, Done, Event, Status, StreamError
+from parley.events import FINISH_REASONS, Done, Event, StepDone, StreamError
 from parley.messages import MessageStatus, Part
-from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
 from parley.store.repository import ConversationStore, NewMessage
 
@@ -64,20 +66,22 @@ class Generation:
         self,
         *,
         store: ConversationStore,
-        model: ResolvedModel,
-        request: ModelRequest,
-        conversation_id: str | None,
-        message_id: str,
+        agent: AgentLoop,
+        request: AgentRequest,
         record: TurnRecord | None,
         checkpoint_seconds: float,
+        prior_cost_usd: float = 0.0,
     ) -> None:
-        self.conversation_id = conversation_id
-        self.message_id = message_id
-        self.model = model
+        self.conversation_id = request.conversation_id
+        self.message_id = request.message_id
+        self.model: ResolvedModel = request.models[0]
         self.created = int(time.time())
-        self.accumulator = StreamAccumulator()
+        self.turn = TurnState()
+        self.prior_cost_usd = prior_cost_usd
+        """What the conversation's earlier replies on this branch cost."""
         self.status: MessageStatus = "streaming"
         self._store = store
+        self._agent = agent
         self._request = request
         self._record = record
         self._checkpoint_seconds = checkpoint_seconds
@@ -86,6 +90,7 @@ class Generation:
         self._checkpoint: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._final: asyncio.Future[None] | None = None
+        self._abort_error: ParleyError | None = None
 
     def start(self, sink: Sink, *, cancel_when_gone: bool) -> None:
         self._sink = sink
@@ -100,6 +105,13 @@ class Generation:
         """The client went away: stop feeding the sink, and cancel if asked to."""
         self._sink = None
         if cancel and self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def abort(self, error: ParleyError) -> None:
+        """End the generation now (server shutdown): saved as interrupted, and the client
+        (if still there) gets ``error`` as the stream's last event."""
+        if self._task is not None and not self._task.done():
+            self._abort_error = error
             self._task.cancel()
 
     async def wait(self) -> None:
@@ -124,21 +136,22 @@ class Generation:
     async def _run(self) -> None:
         saved = asyncio.ensure_future(self._save_turn())
         saved_ok = False
-        accumulator = self.accumulator
+        turn = self.turn
         last_checkpoint = time.monotonic()
         done: Done | None = None
         error: ParleyError | None = None
         try:
-            async for raw in self.model.provider.stream(self._request):
-                event = accumulator.apply(raw)
+            async for event in self._agent.run(self._request, turn):
                 if isinstance(event, Done):
                     done = event
                     break
-                if isinstance(event, Status):
-                    continue
                 if not saved_ok:
                     await asyncio.shield(saved)  # raises if the turn could not be saved
                     saved_ok = True
+                if isinstance(event, StepDone):
+                    await self._commit_step()
+                    last_checkpoint = time.monotonic()
+                    continue
                 await self._emit(event)
                 now = time.monotonic()
                 if now - last_checkpoint >= self._checkpoint_seconds and self._checkpoint is None:
@@ -146,27 +159,43 @@ class Generation:
                     self._checkpoint = asyncio.create_task(self._save_checkpoint())
             if done is None:
                 raise ProviderError(
-                    "upstream stream ended without finishing",
+                    "the agent loop ended without finishing",
                     provider=self.model.provider.name,
                     code="upstream_incomplete",
                 )
         except ParleyError as exc:
             error = exc
         except (asyncio.CancelledError, _ClientGone) as exc:
-            self._final = asyncio.ensure_future(self._finish_after(saved, "interrupted", None))
+            self._final = asyncio.ensure_future(
+                self._finish_after(saved, "interrupted", self._abort_error)
+            )
             await asyncio.shield(self._final)
+            if self._abort_error is not None:
+                with contextlib.suppress(Exception):
+                    await self._emit(StreamError(self._abort_error))
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        except Exception as exc:  # a bug in an adapter must not leave the row streaming
+        except Exception as exc:  # a bug must not leave the row streaming
             log.exception("generation %s crashed", self.message_id)
             error = ParleyError(f"internal error during generation: {type(exc).__name__}")
         if error is not None:
-            status: MessageStatus = "incomplete" if accumulator.has_output else "failed"
+            status: MessageStatus = "incomplete" if turn.has_output else "failed"
             await self._close(saved, status, error, StreamError(error))
         else:
             assert done is not None
             await self._close(saved, "complete", None, done)
+
+    @property
+    def cost(self) -> dict[str, float | bool]:
+        """The reply's cost and the conversation's so far (USD); ``complete`` is False
+        when a model without a price was used (the figures are then lower bounds)."""
+        turn = self.turn
+        return {
+            "response_usd": round(turn.cost_usd, 8),
+            "conversation_usd": round(self.prior_cost_usd + turn.cost_usd, 8),
+            "complete": turn.unpriced_calls == 0,
+        }
 
     async def _close(
         self,
@@ -213,10 +242,17 @@ class Generation:
             log.warning("could not save turn %s: %s", self.message_id, exc)
             raise Overloaded("the database is busy; try again", retry_after=1) from None
 
+    async def _commit_step(self) -> None:
+        """A finished step is written before the next starts (tool results are safe)."""
+        if self._checkpoint is not None:
+            await self._checkpoint
+        if self._record is not None:
+            await self._store.checkpoint(self.message_id, self.turn.parts())
+
     async def _save_checkpoint(self) -> None:
         try:
             if self._record is not None:
-                await self._store.checkpoint(self.message_id, self.accumulator.parts())
+                await self._store.checkpoint(self.message_id, self.turn.parts())
         except Exception:
             log.exception("checkpoint of %s failed", self.message_id)
         finally:
@@ -231,10 +267,17 @@ class Generation:
         self.status = status
         if self._record is None:
             return
-        accumulator = self.accumulator
-        usage = accumulator.usage
-        reason = accumulator.stop_reason
-        parts = accumulator.parts()
+        turn = self.turn
+        usage = {**turn.usage.to_dict(), **self.cost} if turn.model_calls else None
+        reason = turn.stop_reason
+        parts = turn.parts()
+        if error is None and turn.stop is not None:
+            error_row: dict[str, str | None] | None = {
+                "message": turn.stop.message,
+                "code": turn.stop.code,
+            }
+        else:
+            error_row = None if error is None else {"message": error.message, "code": error.code}
         for attempt, pause in enumerate(FINISH_RETRY_PAUSES):
             try:
                 await self._store.finish(
@@ -242,11 +285,11 @@ class Generation:
                     parts=parts,
                     status=status,
                     model=self.model.public_name,
-                    usage=usage.to_dict() if usage else None,
+                    usage=usage,
                     finish_reason=FINISH_REASONS[reason]
                     if reason and status == "complete"
                     else None,
-                    error=None if error is None else {"message": error.message, "code": error.code},
+                    error=error_row,
                 )
                 return
             except SQLAlchemyError:

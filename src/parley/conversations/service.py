@@ -10,18 +10,23 @@ before generation starts.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from parley.agent.repair import synthesize_missing_tool_results
+from parley.agent.loop import AgentLoop, AgentRequest
 from parley.conversations.generation import Generation, Sink, TurnRecord
-from parley.errors import InvalidRequest, NotFound
+from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.ids import new_id
 from parley.messages import Message, Part, ToolCallPart, ToolResult, ToolSpec
+from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
-from parley.providers.registry import ProviderRegistry
+from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
+from parley.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +53,9 @@ class ChatTurn:
     create_missing: bool = False
     tools: tuple[ToolSpec, ...] = ()
     """The client's tools: calls to them end the turn with ``tool_calls``."""
-    server_tools: tuple[ToolSpec, ...] = ()
-    """Server tools named by the request; the agent loop runs them."""
+    server_tools: tuple[str, ...] = ()
+    """Server tools named by the request (beside the configured defaults); the agent
+    loop runs them."""
     tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = None
     temperature: float | None = None
@@ -64,20 +70,59 @@ class ChatTurn:
 
 class ConversationService:
     def __init__(
-        self, settings: Settings, store: ConversationStore, registry: ProviderRegistry
+        self,
+        settings: Settings,
+        store: ConversationStore,
+        registry: ProviderRegistry,
+        tools: ToolRegistry | None = None,
+        pricing: PriceCatalog | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._registry = registry
+        self._tools = tools or ToolRegistry()
         self._running: set[Generation] = set()
+        self.shutting_down = False
+        self._shutdown_task: asyncio.Future[None] | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._agent = AgentLoop(
+            settings=settings,
+            tools=self._tools,
+            pricing=pricing or PriceCatalog(settings.pricing),
+            store=store,
+            shutting_down=lambda: self.shutting_down,
+        )
 
     @property
     def running(self) -> int:
         """Generations still running, whether or not a client is attached."""
         return len(self._running)
 
+    def begin_shutdown(self, grace_seconds: float) -> None:
+        """Refuse new turns at once; agent loops stop at their next step. Generations
+        still running after ``grace_seconds`` are ended: saved as interrupted, and their
+        clients told. Call on the event loop (``request_shutdown`` from elsewhere)."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        self._shutdown_task = asyncio.ensure_future(self._end_running(grace_seconds))
+
+    def request_shutdown(self, grace_seconds: float) -> None:
+        """``begin_shutdown`` from a signal handler or another thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.begin_shutdown, grace_seconds)
+
     async def shutdown(self, grace_seconds: float) -> None:
-        """Let running generations finish for ``grace_seconds``, then cancel the rest."""
+        """Stop: ``begin_shutdown`` if not yet begun, then wait for every generation."""
+        self.begin_shutdown(grace_seconds)
+        if self._shutdown_task is not None:
+            await asyncio.shield(self._shutdown_task)
+
+    async def _end_running(self, grace_seconds: float) -> None:
         running = list(self._running)
         if not running:
             return
@@ -85,7 +130,7 @@ class ConversationService:
             [asyncio.ensure_future(g.wait()) for g in running], timeout=grace_seconds
         )
         for generation in running:
-            generation.detach(cancel=True)
+            generation.abort(Overloaded("the server is shutting down", retry_after=5))
         if pending:
             await asyncio.wait(pending, timeout=5)
 
@@ -94,12 +139,16 @@ class ConversationService:
 
         Raises the request's errors (unknown model or conversation, bad tool results).
         """
+        if self.shutting_down:
+            raise Overloaded("the server is shutting down; try again shortly", retry_after=5)
         model = self._registry.resolve(turn.model)
+        server_tools = self._server_tools(turn)
         create = turn.conversation_id is None
         parent_id: str | None = None
+        prior_cost = 0.0
         if turn.conversation_id is not None:
             try:
-                history, new, updates, parent_id = await self._continue(turn)
+                history, new, updates, parent_id, prior_cost = await self._continue(turn)
             except NotFound:
                 if not turn.create_missing:
                     raise
@@ -132,13 +181,11 @@ class ConversationService:
                 parent_id=parent_id,
             )
         chat = self._settings.chat
-        # A provider that cannot call tools drops them itself and says so to the model.
-        tools = turn.tools
-        request = ModelRequest(
+        template = ModelRequest(
             model=model.model,
-            messages=tuple(synthesize_missing_tool_results(history + new)),
-            tools=tools,
-            tool_choice=turn.tool_choice if tools else None,
+            messages=(),
+            tools=turn.tools,
+            tool_choice=turn.tool_choice,
             max_tokens=turn.max_tokens or model.max_tokens or chat.default_max_tokens,
             temperature=turn.temperature if turn.temperature is not None else model.temperature,
             top_p=turn.top_p,
@@ -146,15 +193,43 @@ class ConversationService:
             options=turn.options,
             incremental=turn.stream,
         )
-        return Generation(
-            store=self._store,
-            model=model,
-            request=request,
+        request = AgentRequest(
+            owner=turn.owner,
             conversation_id=conversation_id,
             message_id=message_id,
+            history=tuple(history + new),
+            template=template,
+            models=[model, *self._fallbacks(model)],
+            server_tools=server_tools,
+        )
+        return Generation(
+            store=self._store,
+            agent=self._agent,
+            request=request,
             record=record,
             checkpoint_seconds=chat.checkpoint_seconds,
+            prior_cost_usd=prior_cost,
         )
+
+    def _server_tools(self, turn: ChatTurn) -> tuple[str, ...]:
+        """The request's server tools, then the configured defaults (each once)."""
+        names = list(dict.fromkeys((*turn.server_tools, *self._settings.tools.default_tools)))
+        known = [name for name in names if name in self._tools]
+        clash = {spec.name for spec in turn.tools} & set(known)
+        if clash:
+            raise InvalidRequest(
+                f"client tool names clash with server tools: {sorted(clash)}", param="tools"
+            )
+        return tuple(known)
+
+    def _fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
+        found: list[ResolvedModel] = []
+        for name in model.fallbacks:
+            try:
+                found.append(self._registry.resolve(name))
+            except ParleyError as exc:
+                log.warning("fallback model %r of %r is unusable: %s", name, model.public_name, exc)
+        return found
 
     def start(self, generation: Generation, sink: Sink) -> None:
         """Run a prepared generation, feeding ``sink``; it is tracked until it ends."""
@@ -164,8 +239,9 @@ class ConversationService:
 
     async def _continue(
         self, turn: ChatTurn
-    ) -> tuple[list[Message], list[Message], dict[str, tuple[Part, ...]], str | None]:
-        """(history, new messages, parts to update, parent of the new messages)."""
+    ) -> tuple[list[Message], list[Message], dict[str, tuple[Part, ...]], str | None, float]:
+        """(history, new messages, parts to update, parent of the new messages, what the
+        branch's replies cost so far)."""
         assert turn.conversation_id is not None
         try:
             stored = await self._store.branch(turn.owner, turn.conversation_id)
@@ -176,10 +252,11 @@ class ConversationService:
                 code="conversation_not_found",
             ) from None
         history = [Message(m.role, m.parts) for m in stored if _usable(m)]
+        cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in stored)
         updates: dict[str, tuple[Part, ...]] = {}
         if turn.trailing_answers:
             history, updates = _answer_calls(stored, history, turn.trailing_answers)
-            return history, [], updates, None
+            return history, [], updates, None, cost
         if not turn.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
         last = turn.messages[-1]
@@ -192,10 +269,10 @@ class ConversationService:
         if _is_retry(stored, last):
             # The same message again after a reply that failed before any output (a
             # client retrying): answer the stored message instead of storing it twice.
-            return history, [], updates, stored[-2].id
+            return history, [], updates, stored[-2].id, cost
         # The new message goes under what the model is shown, even if another turn
         # lands first (it then starts a branch of its own).
-        return history, [last], updates, stored[-1].id if stored else None
+        return history, [last], updates, stored[-1].id if stored else None, cost
 
 
 def _is_retry(stored: list[StoredMessage], message: Message) -> bool:

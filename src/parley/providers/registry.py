@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -31,6 +32,12 @@ class ResolvedModel:
     """The name clients asked for, echoed in responses."""
     max_tokens: int | None = None
     temperature: float | None = None
+    fallbacks: tuple[str, ...] = ()
+    """Model names tried in order when this one keeps failing before any output."""
+    kind: str = "openai"
+    """The provider's wire format (its ordering rules matter to message repair)."""
+    context_tokens: int | None = None
+    """The model's context window, when known (the local model's is configured)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,7 @@ class ProviderRegistry:
         if not providers:
             raise ValueError("at least one provider is needed")
         self._providers = {config.name: provider for config, provider in providers}
+        self._configs = {config.name: config for config, _ in providers}
         self._fixed = {config.name: _fixed_models(config) for config, _ in providers}
         self._order = [config.name for config, _ in providers]
         self._aliases = aliases
@@ -67,24 +75,25 @@ class ProviderRegistry:
             fixed = self._fixed[first]
             if not fixed:
                 raise InvalidRequest("'model' is required", param="model", code="missing_model")
-            return ResolvedModel(self._providers[first], fixed[0], fixed[0])
+            return self._resolved(first, fixed[0], fixed[0])
         if "://" in name or any(ch.isspace() or ord(ch) < 32 for ch in name) or len(name) > 256:
             raise InvalidRequest(f"invalid model name {name[:80]!r}", param="model")
         alias = self._aliases.get(name)
         if alias is not None:
-            return ResolvedModel(
-                self._providers[alias.provider],
+            return self._resolved(
+                alias.provider,
                 alias.model,
                 name,
                 max_tokens=alias.max_tokens,
                 temperature=alias.temperature,
+                fallbacks=tuple(alias.fallbacks),
             )
         prefix, sep, rest = name.partition("/")
         if sep and prefix in self._providers and rest:
             return self._passthrough(prefix, rest, name)
         for provider_name in self._order:
             if name in self._fixed[provider_name]:
-                return ResolvedModel(self._providers[provider_name], name, name)
+                return self._resolved(provider_name, name, name)
         default = self._default_provider()
         return self._passthrough(default, name, name)
 
@@ -96,7 +105,20 @@ class ProviderRegistry:
                 param="model",
                 code="model_not_found",
             )
-        return ResolvedModel(self._providers[provider_name], model, public_name)
+        return self._resolved(provider_name, model, public_name)
+
+    def _resolved(
+        self, provider_name: str, model: str, public_name: str, **extra: Any
+    ) -> ResolvedModel:
+        config = self._configs[provider_name]
+        return ResolvedModel(
+            self._providers[provider_name],
+            model,
+            public_name,
+            kind=config.kind,
+            context_tokens=config.context_tokens if config.kind == "local" else None,
+            **extra,
+        )
 
     def _default_provider(self) -> str:
         if self._default_model:

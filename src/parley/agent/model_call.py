@@ -1,0 +1,201 @@
+"""One model call of an agent step: deadlines, retries and fallback models.
+
+- Deadlines: the first event must come within min(30 + input_tokens / 1000, 180) s and
+  each later one within 30 s (all settings). A missed deadline is a ``ProviderError``;
+  whatever arrived before it is kept by the caller.
+- Retries: an empty reply (no text, reasoning or tool call) or a retryable error (429,
+  502, 503, overloaded, reset, timeout before the first token) is retried after 1, 2
+  and 4 s (jittered; a Retry-After header is honoured, and one longer than
+  ``max_retry_after_seconds`` skips straight to the fallback), but only while no answer
+  text or tool call has reached the client. Then each fallback model of the alias gets
+  the same treatment. A ``Restart`` event tells the client to drop partial output.
+- Every attempt's usage is counted in the turn, discarded ones included.
+
+What does not belong here: what to do with the reply (``loop.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from parley.agent.stream import ThinkTagReader
+from parley.agent.turn import TurnState
+from parley.errors import ProviderError
+from parley.events import Done, Event, Restart, TextDelta, ToolCallDelta
+from parley.providers.pricing import PriceCatalog
+from parley.providers.protocol import ModelRequest
+from parley.providers.registry import ResolvedModel
+from parley.settings import AgentSettings
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """What one model call may use: the models in order and how to build each request."""
+
+    models: list[ResolvedModel]
+    request_for: Callable[[ResolvedModel], ModelRequest]
+    input_tokens: int
+    """An estimate of the request's size, for the first-token deadline."""
+    incremental: bool
+    """True when events reach the client as they come (a streaming client)."""
+
+
+def first_token_seconds(settings: AgentSettings, input_tokens: int) -> float:
+    return min(
+        settings.first_token_base_seconds
+        + input_tokens / 1000 * settings.first_token_seconds_per_1k_input,
+        settings.first_token_max_seconds,
+    )
+
+
+async def with_deadlines(
+    events: AsyncIterator[Event], *, first: float, between: float, provider: str
+) -> AsyncGenerator[Event]:
+    """Pass ``events`` on, failing when the first or any later one is late."""
+    timeout = first
+    got_first = False
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(timeout):
+                    event = await anext(events)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                what = "between chunks" if got_first else "before the first token"
+                raise ProviderError(
+                    f"upstream {provider!r} sent nothing for {timeout:.0f} s {what}",
+                    provider=provider,
+                    retryable=not got_first,
+                    code="upstream_timeout",
+                ) from None
+            got_first = True
+            timeout = between
+            yield event
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+
+
+class EmptyReply(ProviderError):
+    pass
+
+
+def _falls_back(error: ProviderError) -> bool:
+    """Worth trying another model: the upstream failed, not the request."""
+    return (
+        error.retryable
+        or error.upstream_status in (401, 403, 404)
+        or (error.upstream_status is not None and error.upstream_status >= 500)
+    )
+
+
+class ModelCall:
+    """Runs one step's model call with retries and fallbacks, feeding ``turn.step``."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        pricing: PriceCatalog,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._settings = settings
+        self._pricing = pricing
+        self._sleep = sleep
+
+    async def run(self, plan: CallPlan, turn: TurnState) -> AsyncIterator[Event]:
+        """Yield the step's events (normalised by the stream reader); raise on failure."""
+        settings = self._settings
+        attempt = 0
+        last_error: ProviderError | None = None
+        for position, model in enumerate(plan.models):
+            if position:
+                assert last_error is not None
+                attempt += 1
+                yield Restart("fallback", attempt, model.public_name, 0.0)
+            pauses = [*settings.retry_backoff_seconds, None]
+            for pause in pauses:
+                step = turn.begin_step()
+                answered = False  # answer text or a tool call reached the client
+                request = plan.request_for(model)
+                try:
+                    events = with_deadlines(
+                        model.provider.stream(request),
+                        first=first_token_seconds(settings, plan.input_tokens),
+                        between=settings.between_chunks_seconds,
+                        provider=model.provider.name,
+                    )
+                    think = ThinkTagReader()
+                    async with contextlib.aclosing(events):
+                        async for raw in events:
+                            if isinstance(raw, TextDelta):
+                                pieces: list[Event] = [*think.feed(raw.text)]
+                            elif isinstance(raw, Done):
+                                pieces = [*think.flush(), raw]
+                            else:
+                                pieces = [raw]
+                            finished = False
+                            for piece in pieces:
+                                event = step.apply(piece)
+                                if isinstance(event, Done):
+                                    finished = True
+                                    break
+                                if plan.incremental and isinstance(
+                                    event, TextDelta | ToolCallDelta
+                                ):
+                                    answered = True  # reasoning alone does not block a retry
+                                yield event
+                            if finished:
+                                break
+                        else:
+                            raise ProviderError(
+                                "upstream stream ended without finishing",
+                                provider=model.provider.name,
+                                code="upstream_incomplete",
+                            )
+                    if not step.has_output and step.stop_reason != "content_filtered":
+                        raise EmptyReply(
+                            "the model returned an empty reply",
+                            provider=model.provider.name,
+                            retryable=True,
+                            code="empty_reply",
+                        )
+                except ProviderError as exc:
+                    self._count(turn, model)
+                    if answered or (not exc.retryable and not _falls_back(exc)):
+                        raise
+                    last_error = exc
+                    if not exc.retryable:
+                        break  # straight to the fallback
+                    if pause is None:
+                        break
+                    delay = pause * random.uniform(1.0, 1.25)
+                    if exc.retry_after is not None:
+                        if exc.retry_after > settings.max_retry_after_seconds:
+                            break
+                        delay = max(delay, exc.retry_after)
+                    attempt += 1
+                    yield Restart(exc.code or "retry", attempt, model.public_name, delay)
+                    await self._sleep(delay)
+                    continue
+                except BaseException:
+                    self._count(turn, model)
+                    raise
+                self._count(turn, model)
+                turn.stop_reason = step.stop_reason
+                return
+        assert last_error is not None
+        raise last_error
+
+    def _count(self, turn: TurnState, model: ResolvedModel) -> None:
+        usage = turn.step.usage
+        cost = None if usage is None else self._pricing.cost(model.model, usage)
+        turn.count(usage, cost)

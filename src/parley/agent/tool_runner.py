@@ -1,0 +1,137 @@
+"""Runs one step's server-side tool calls, all at once.
+
+Each call: arguments parsed (malformed JSON or a non-object is an error result and the
+tool does not run), the tool looked up among those offered this step (an unknown or
+hidden tool is an error result naming what is available), then run under its own
+timeout (600 s default). Output is spilled to the workspace when large and capped
+(``tools/output.py``). Calls start together and report as each finishes; cancelling the
+runner cancels every call still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from parley.events import Event, ToolFinished, ToolStarted
+from parley.messages import ToolCallPart, ToolResult
+from parley.settings import ToolSettings
+from parley.tools.output import finish_output
+from parley.tools.protocol import ToolContext, ToolOutput
+from parley.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+ContextFor = Callable[[ToolCallPart], ToolContext]
+
+
+def parse_arguments(call: ToolCallPart) -> dict[str, Any] | ToolOutput:
+    """The call's arguments as an object, or the error result the model should see."""
+    text = call.arguments.strip()
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return ToolOutput(
+            f"Invalid arguments for tool '{call.name}': malformed JSON ({exc}). "
+            "The tool did not run; call it again with a valid JSON object.",
+            is_error=True,
+        )
+    if not isinstance(value, dict):
+        return ToolOutput(
+            f"Invalid arguments for tool '{call.name}': expected a JSON object, got "
+            f"{type(value).__name__}. The tool did not run.",
+            is_error=True,
+        )
+    return value
+
+
+class ToolRunner:
+    def __init__(self, registry: ToolRegistry, settings: ToolSettings) -> None:
+        self._registry = registry
+        self._settings = settings
+
+    async def run(
+        self,
+        calls: list[ToolCallPart],
+        offered: Collection[str],
+        context_for: ContextFor,
+        answered: list[ToolCallPart],
+    ) -> AsyncIterator[Event]:
+        """Run ``calls`` concurrently; yield start and finish events; fill ``answered``
+        (in call order) with each call carrying its result."""
+        results: dict[str, ToolCallPart] = {}
+        tasks: dict[asyncio.Task[tuple[ToolOutput, float]], ToolCallPart] = {}
+        try:
+            for call in calls:
+                yield ToolStarted(call.id, call.name, call.arguments)
+                task = asyncio.create_task(
+                    self._one(call, offered, context_for), name=f"tool {call.name} {call.id}"
+                )
+                tasks[task] = call
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    call = tasks[task]
+                    output, seconds = task.result()
+                    results[call.id] = replace(
+                        call, result=ToolResult(output.content, output.is_error)
+                    )
+                    yield ToolFinished(
+                        call.id, call.name, call.arguments, output.content, output.is_error, seconds
+                    )
+        finally:
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        answered.extend(results[call.id] for call in calls)
+
+    async def _one(
+        self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor
+    ) -> tuple[ToolOutput, float]:
+        started = time.monotonic()
+        output = await self._output(call, offered, context_for)
+        return output, time.monotonic() - started
+
+    async def _output(
+        self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor
+    ) -> ToolOutput:
+        tool = self._registry.get(call.name) if call.name in offered else None
+        if tool is None:
+            available = ", ".join(sorted(offered)) or "none"
+            return ToolOutput(
+                f"Unknown tool '{call.name}'. Available tools: {available}.", is_error=True
+            )
+        arguments = parse_arguments(call)
+        if isinstance(arguments, ToolOutput):
+            return arguments
+        context = context_for(call)
+        timeout = self._settings.timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                output = await tool.run(arguments, context)
+        except TimeoutError:
+            return ToolOutput(f"Tool '{call.name}' timed out after {timeout:g} s", is_error=True)
+        except Exception as exc:  # a tool never crashes the turn
+            log.exception("tool %s failed", call.name)
+            output = ToolOutput(f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}", True)
+        if len(output.content) * 4 <= self._settings.spill_bytes and (
+            len(output.content) <= self._settings.max_output_chars
+        ):
+            return output  # too small to spill or cap, whatever its encoding
+        return await asyncio.to_thread(
+            finish_output,
+            output,
+            call_id=call.id,
+            workspace=context.workspace,
+            settings=self._settings,
+        )

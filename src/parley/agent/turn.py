@@ -1,0 +1,108 @@
+"""The state of one agent turn: the assistant message being built, its usage and cost.
+
+A turn is one assistant message however many steps it takes. Finished steps are
+``committed`` parts (text, reasoning, and tool calls holding their results); the step
+being read lives in a ``StreamAccumulator``. Usage and cost add up every model call of
+the turn, discarded retry attempts included: what was spent is counted.
+
+What does not belong here: deciding what to do next (``loop.py``), persistence
+(``conversations/generation.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from parley.agent.stream import StreamAccumulator
+from parley.events import StopReason
+from parley.messages import Part, TextPart, ToolCallPart, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Why the loop ended the turn on its own (a budget, a loop, a safety stop)."""
+
+    code: str
+    message: str
+
+
+class TurnState:
+    def __init__(self) -> None:
+        self.committed: list[Part] = []
+        self.step = StreamAccumulator()
+        self.usage = Usage()
+        self.cost_usd = 0.0
+        self.unpriced_calls = 0
+        """Model calls whose model has no price: the cost is then a lower bound."""
+        self.model_calls = 0
+        self.stop_reason: StopReason | None = None
+        self.stop: Stop | None = None
+        self.started = time.monotonic()
+        self.last_progress = self.started
+
+    # --- steps ------------------------------------------------------------------------
+
+    def begin_step(self) -> StreamAccumulator:
+        self.step = StreamAccumulator()
+        return self.step
+
+    def commit_step(self, answered: list[ToolCallPart]) -> None:
+        """The step is over: keep its parts, with tool calls replaced by answered ones."""
+        by_id = {call.id: call for call in answered}
+        for part in self.step.parts():
+            if isinstance(part, ToolCallPart):
+                part = by_id.get(part.id, part)
+            self.committed.append(part)
+        self.step = StreamAccumulator()
+        self.last_progress = time.monotonic()
+
+    def add_text(self, text: str) -> None:
+        """Text the loop itself adds (a stop explanation), after everything else."""
+        self.committed.append(TextPart(text))
+
+    def answer_pending(self, answered: list[ToolCallPart]) -> None:
+        """Replace committed calls by their answered versions (matched by id)."""
+        by_id = {call.id: call for call in answered}
+        self.committed = [
+            by_id.get(p.id, p) if isinstance(p, ToolCallPart) else p for p in self.committed
+        ]
+
+    # --- accounting -------------------------------------------------------------------
+
+    def count(self, usage: Usage | None, cost: float | None) -> None:
+        """Add one model call's usage (kept or discarded) to the turn."""
+        self.model_calls += 1
+        if usage is not None:
+            self.usage.add(usage)
+        if cost is None:
+            if usage is not None and usage.total_tokens:
+                self.unpriced_calls += 1
+        else:
+            self.cost_usd += cost
+
+    # --- views ------------------------------------------------------------------------
+
+    def parts(self) -> tuple[Part, ...]:
+        return (*self.committed, *self.step.parts())
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self.committed) or self.step.has_output
+
+    @property
+    def has_text(self) -> bool:
+        return any(isinstance(p, TextPart) and p.text for p in self.committed) or bool(
+            self.step.text
+        )
+
+    def client_calls(self, client_tools: frozenset[str]) -> list[ToolCallPart]:
+        """Unanswered calls of client-defined tools: what the client must run."""
+        return [
+            p
+            for p in self.parts()
+            if isinstance(p, ToolCallPart) and p.result is None and p.name in client_tools
+        ]
+
+    def server_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.committed if isinstance(p, ToolCallPart) and p.result is not None]

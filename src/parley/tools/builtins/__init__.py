@@ -1,0 +1,45 @@
+"""The built-in server tools, and ``build_registry``, which registers them all.
+
+Each module holds a family of tools written with ``function_tool``: ``session.py``
+(time, conversation search, capabilities, ``activate_tools``), ``web.py``
+(``web_fetch``), ``workspace.py`` (the per-conversation file tools and the optional
+shell). Registering a tool only makes it exist: a request still has to enable it by name
+(or ``tools.default_tools``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from parley.settings import Settings
+    from parley.tools.registry import ToolRegistry
+
+
+def build_registry(settings: Settings) -> ToolRegistry:
+    """Every built-in tool; ``workspace_shell`` only when ``tools.shell.enabled``.
+
+    The tool modules are imported here, not when the package is: importing one family
+    (``builtins.session``) does not pull in the others' dependencies.
+    """
+    from parley.tools.builtins.session import (
+        activate_tools,
+        conversation_search,
+        current_time,
+        get_session_capabilities,
+    )
+    from parley.tools.builtins.web import web_fetch
+    from parley.tools.builtins.workspace import WORKSPACE_TOOLS, workspace_shell
+    from parley.tools.registry import ToolRegistry
+
+    registry = ToolRegistry()
+    registry.register(current_time)
+    registry.register(web_fetch)
+    for tool in WORKSPACE_TOOLS:
+        registry.register(tool)
+    if settings.tools.shell.enabled:
+        registry.register(workspace_shell)
+    registry.register(conversation_search)
+    registry.register(get_session_capabilities)
+    registry.register(activate_tools)
+    return registry

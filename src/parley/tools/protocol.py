@@ -1,0 +1,70 @@
+"""The tool protocol: what the agent loop needs from a server-side tool.
+
+A server tool has a ``spec`` (what the model is offered), says whether it is ``pinned``
+(never hidden by the active-tool LRU), and ``run``s with parsed arguments and a
+``ToolContext``. Expected failures are raised as ``ToolError`` (the message goes back to
+the model as an error result); a tool never crashes the turn.
+
+What does not belong here: how tools are written (``function.py``), which exist
+(``registry.py``), how their output is capped or spilled (``output.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from parley.messages import ToolSpec
+
+if TYPE_CHECKING:
+    from parley.settings import Settings
+    from parley.store.repository import ConversationStore
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    content: str
+    is_error: bool = False
+
+
+class ToolError(Exception):
+    """A tool's expected failure; ``str(error)`` is what the model is told."""
+
+
+class Session(Protocol):
+    """What a tool may ask of the turn that runs it."""
+
+    def activate(self, names: Sequence[str]) -> list[str]:
+        """Bring hidden tools back; returns the names now active."""
+        ...
+
+    def capabilities(self) -> dict[str, Any]:
+        """The tools and retrieval this request really has."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    owner: str
+    """The caller (API key owner); tools only ever see this owner's data."""
+    conversation_id: str | None
+    call_id: str
+    workspace: Path
+    """This conversation's folder (may not exist yet; tools that write create it)."""
+    settings: Settings
+    store: ConversationStore | None = None
+    session: Session | None = None
+
+
+class Tool(Protocol):
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    @property
+    def pinned(self) -> bool: ...
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        """Run with arguments already parsed from JSON (not yet validated)."""
+        ...
