@@ -68,3 +68,23 @@ def test_version_and_help() -> None:
         check=True,
     )
     assert "--port" in helptext.stdout
+
+
+def test_agent_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
+    upstream.queue_tool_calls([("call_1", "current_time", "{}")])
+    upstream.queue_text("It is ", "noon.")
+    upstream.queue_tool_calls([("call_2", "current_time", "{}")])
+    upstream.queue_text("UTC.")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "agent.py")],
+        env={**parley.env, "PARLEY_URL": f"{parley.url}/v1", "PARLEY_MODEL": "fast"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "[calling current_time({})]" in result.stdout
+    assert "[current_time -> {" in result.stdout
+    assert "It is noon." in result.stdout
+    assert "cost: $" in result.stdout
+    assert "task: completed - UTC." in result.stdout

@@ -18,7 +18,7 @@ import httpx
 from fastapi import FastAPI, Request
 
 from parley import __version__
-from parley.api import chat, conversations, errors, models
+from parley.api import chat, conversations, errors, models, tasks
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
@@ -102,6 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(conversations.router)
+    app.include_router(tasks.router)
 
     @app.get("/health", tags=["health"])
     async def health(request: Request) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from parley.api.errors import error_response
 from parley.errors import Overloaded
 
-GUARDED = ("/v1/chat/completions", "/chat/chat/completions")
+GUARDED = ("/v1/chat/completions", "/chat/chat/completions", "/v1/tasks")
 _TICK = 0.05
 
 

@@ -55,7 +55,11 @@ router = APIRouter()
 
 
 class ClientGone(ParleyError):
-    """The client of a non-streaming request went away before the reply."""
+    """The client of a non-streaming request went away before the reply (nobody reads
+    the answer: 499, not a server error)."""
+
+    status = 499
+    type = "client_closed_request"
 
 
 _OPENAPI = {
@@ -110,7 +114,7 @@ async def _chat(request: Request, *, compat: bool) -> Response:
     generation = await state.service.prepare(turn)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if body.stream:
-        return _stream(state, generation, include_usage)
+        return stream_response(state, generation, include_usage)
     return await _collect(state, generation, request)
 
 
@@ -148,7 +152,7 @@ def _finish_status(generation: Generation) -> int:
     return STATUS_AGENT_FINISH if generation.turn.server_calls() else STATUS_LLM_END
 
 
-def _stream(state: AppState, generation: Generation, include_usage: bool) -> Response:
+def stream_response(state: AppState, generation: Generation, include_usage: bool) -> Response:
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
         created=generation.created,
@@ -270,33 +274,46 @@ def _stream(state: AppState, generation: Generation, include_usage: bool) -> Res
 
 
 async def _collect(state: AppState, generation: Generation, request: Request) -> Response:
-    finished: asyncio.Future[Done | StreamError] = asyncio.get_running_loop().create_future()
+    done, usage = await finished(state, generation, request)
+    return Response(
+        orjson.dumps(completion_body(generation, done, usage)), media_type="application/json"
+    )
+
+
+async def finished(state: AppState, generation: Generation, request: Request) -> tuple[Done, Usage]:
+    """Run a prepared generation for a client that waits for the whole reply.
+
+    Raises the generation's error; a client that went away gets ``ClientGone``."""
+    last_event: asyncio.Future[Done | StreamError] = asyncio.get_running_loop().create_future()
     usage: list[Usage] = []
 
     async def sink(event: Event) -> None:
         if isinstance(event, UsageEvent):
             usage.append(event.usage)
-        elif isinstance(event, Done | StreamError) and not finished.done():
-            finished.set_result(event)
+        elif isinstance(event, Done | StreamError) and not last_event.done():
+            last_event.set_result(event)
 
     async def watch() -> None:
         """The client going away is noticed at once, not when the reply is written."""
         while (await request.receive())["type"] != "http.disconnect":
             pass
         generation.detach(cancel=state.settings.server.on_disconnect == "cancel")
-        if not finished.done():
-            finished.set_result(StreamError(ClientGone("client disconnected")))
+        if not last_event.done():
+            last_event.set_result(StreamError(ClientGone("client disconnected")))
 
     state.service.start(generation, sink)
     watcher = asyncio.create_task(watch())
     try:
-        last = await finished
+        last = await last_event
     finally:
         watcher.cancel()
     if isinstance(last, StreamError):
-        if isinstance(last.error, ClientGone):
-            return Response(status_code=499)  # nobody is listening; not a server error
         raise last.error
+    return last, usage[-1] if usage else Usage()
+
+
+def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[str, Any]:
+    """The ``chat.completion`` object of a finished generation."""
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
     parts = generation.turn.parts()
     text = STEP_SEPARATOR.join(p.text for p in parts if isinstance(p, TextPart) and p.text)
@@ -315,7 +332,7 @@ async def _collect(state: AppState, generation: Generation, request: Request) ->
             }
             for c in calls
         ]
-    body = {
+    return {
         "id": f"chatcmpl-{generation.message_id}",
         "object": "chat.completion",
         "created": generation.created,
@@ -326,19 +343,18 @@ async def _collect(state: AppState, generation: Generation, request: Request) ->
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": FINISH_REASONS[last.stop_reason],
+                "finish_reason": FINISH_REASONS[done.stop_reason],
             }
         ],
-        "usage": usage_to_openai(usage[-1] if usage else Usage()),
-        "parley": {**_parley(generation), **_summary(generation), "tools": _tool_report(ran)},
+        "usage": usage_to_openai(usage),
+        "parley": {**_parley(generation), **_summary(generation), "tools": tool_report(ran)},
         "status": _finish_status(generation),
         "message_type": 1,
         "message_id": generation.message_id,
     }
-    return Response(orjson.dumps(body), media_type="application/json")
 
 
-def _tool_report(calls: list[ToolCallPart]) -> list[dict[str, Any]]:
+def tool_report(calls: list[ToolCallPart]) -> list[dict[str, Any]]:
     """The server-side tool calls of a reply, for the non-streaming response."""
     return [
         {
