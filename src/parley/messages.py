@@ -46,6 +46,10 @@ class ReasoningPart:
 class ToolResult:
     content: str
     is_error: bool = False
+    started_at: float | None = None
+    """Unix time the server started running the tool (None for a client's tool)."""
+    seconds: float | None = None
+    """How long it ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +118,7 @@ def part_to_dict(part: Part) -> dict[str, Any]:
                 "id": part.id,
                 "name": part.name,
                 "arguments": part.arguments,
-                "result": None
-                if result is None
-                else {"content": result.content, "is_error": result.is_error},
+                "result": None if result is None else _result_to_dict(result),
                 "approval": part.approval,
                 "approval_reason": part.approval_reason,
             }
@@ -128,6 +130,14 @@ def part_to_dict(part: Part) -> dict[str, Any]:
                 "excerpt": part.excerpt,
                 "score": part.score,
             }
+
+
+def _result_to_dict(result: ToolResult) -> dict[str, Any]:
+    data: dict[str, Any] = {"content": result.content, "is_error": result.is_error}
+    if result.started_at is not None:
+        data["started_at"] = result.started_at
+        data["seconds"] = result.seconds
+    return data
 
 
 def part_from_dict(data: dict[str, Any]) -> Part:
@@ -144,7 +154,11 @@ def part_from_dict(data: dict[str, Any]) -> Part:
             id=data["id"],
             name=data["name"],
             arguments=data["arguments"],
-            result=None if raw is None else ToolResult(raw["content"], bool(raw["is_error"])),
+            result=None
+            if raw is None
+            else ToolResult(
+                raw["content"], bool(raw["is_error"]), raw.get("started_at"), raw.get("seconds")
+            ),
             approval=data.get("approval", "auto"),
             approval_reason=data.get("approval_reason"),
         )

@@ -353,6 +353,66 @@ async def test_iteration_budget(make_world: MakeWorld) -> None:
     assert [p.result is not None for p in reply.parts if isinstance(p, ToolCallPart)] == [True] * 3
 
 
+async def test_no_progress_budget(make_world: MakeWorld) -> None:
+    world = await make_world(no_progress_seconds=0.3)
+    world.tools.registry.register(function_tool(name="fail")(failing))
+    for i in range(20):
+        world.primary.queue(*call("fail", f'{{"n": {i}}}', call_id=f"c{i}"))
+    _, events = await run(world, ask(tools=("fail",)))
+    assert "[No progress for" in text_of(events)
+    assert 2 <= len(world.primary.requests) < 20
+
+
+async def failing(n: int) -> str:
+    """Always fails, slowly."""
+    await asyncio.sleep(0.1)
+    raise RuntimeError(f"attempt {n} failed")
+
+
+async def test_wall_clock_budget(make_world: MakeWorld) -> None:
+    world = await make_world(wall_clock_seconds=0.25)
+    for i in range(20):
+        world.primary.queue(*call("nap", f'{{"seconds": 0.1{i}}}', call_id=f"c{i}"))
+    generation, events = await run(world, ask())
+    assert "[Time budget exceeded" in text_of(events)
+    assert 2 <= len(world.primary.requests) <= 4
+    assert (await stored_reply(world, generation)).error["code"] == "time_budget"
+
+
+async def test_idle_tools_are_hidden_and_can_be_brought_back(make_world: MakeWorld) -> None:
+    world = await make_world()
+    settings = world.service._settings.tools
+    settings.max_active = 2
+    world.tools.registry.register(function_tool(name="activate_tools", pinned=True)(activate))
+    world.primary.queue(*call("activate_tools", '{"names": ["big"]}'))
+    world.primary.say("done")
+    _, events = await run(world, ask(tools=("echo", "nap", "big")))
+    first = [spec.name for spec in world.primary.requests[0].tools]
+    assert first == ["echo", "nap", "activate_tools"]  # two active, the third hidden
+    finished = next(e for e in events if isinstance(e, ToolFinished))
+    assert "big" in finished.output
+    second = [spec.name for spec in world.primary.requests[1].tools]
+    assert "big" in second
+
+
+async def activate(context: ToolContext, names: list[str]) -> str:
+    """Bring hidden tools back."""
+    assert context.session is not None
+    return f"active: {context.session.activate(names)}"
+
+
+async def test_tool_timings_are_recorded(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(*call("nap", '{"seconds": 0.1}'))
+    world.primary.say("ok")
+    before = time.time()
+    generation, _ = await run(world, ask())
+    reply = await stored_reply(world, generation)
+    result = next(p for p in reply.parts if isinstance(p, ToolCallPart)).result
+    assert result.started_at >= before - 0.01
+    assert 0.1 <= result.seconds < 1
+
+
 async def test_token_budget_counts_every_step(make_world: MakeWorld) -> None:
     world = await make_world(max_turn_tokens=50)
     for i in range(5):

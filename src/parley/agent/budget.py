@@ -1,7 +1,8 @@
 """The turn's budget, checked at the top of every iteration of the agent loop.
 
 In this order (behaviours.md section 2, plus a cost cap): the server is shutting down;
-the iteration cap (50); no progress for too long (300 s); the wall clock (1,200 s); the
+the iteration cap (50); no progress for too long (300 s: no step produced text or a
+successful tool result, e.g. a model retrying failing tools); the wall clock (1,200 s); the
 token cap (input + output, every model call of the turn); the cost cap (USD). The first
 that is spent ends the turn with a readable message.
 """

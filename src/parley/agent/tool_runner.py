@@ -68,7 +68,7 @@ class ToolRunner:
         """Run ``calls`` concurrently; yield start and finish events; fill ``answered``
         (in call order) with each call carrying its result."""
         results: dict[str, ToolCallPart] = {}
-        tasks: dict[asyncio.Task[tuple[ToolOutput, float]], ToolCallPart] = {}
+        tasks: dict[asyncio.Task[tuple[ToolOutput, float, float]], ToolCallPart] = {}
         try:
             for call in calls:
                 yield ToolStarted(call.id, call.name, call.arguments)
@@ -81,10 +81,9 @@ class ToolRunner:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     call = tasks[task]
-                    output, seconds = task.result()
-                    results[call.id] = replace(
-                        call, result=ToolResult(output.content, output.is_error)
-                    )
+                    output, started_at, seconds = task.result()
+                    result = ToolResult(output.content, output.is_error, started_at, seconds)
+                    results[call.id] = replace(call, result=result)
                     yield ToolFinished(
                         call.id, call.name, call.arguments, output.content, output.is_error, seconds
                     )
@@ -97,10 +96,11 @@ class ToolRunner:
 
     async def _one(
         self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor
-    ) -> tuple[ToolOutput, float]:
+    ) -> tuple[ToolOutput, float, float]:
+        started_at = time.time()
         started = time.monotonic()
         output = await self._output(call, offered, context_for)
-        return output, time.monotonic() - started
+        return output, round(started_at, 3), round(time.monotonic() - started, 6)
 
     async def _output(
         self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor

@@ -48,14 +48,20 @@ class TurnState:
         return self.step
 
     def commit_step(self, answered: list[ToolCallPart]) -> None:
-        """The step is over: keep its parts, with tool calls replaced by answered ones."""
+        """The step is over: keep its parts, with tool calls replaced by answered ones.
+
+        A step is progress when it produced text or at least one tool succeeded; a run
+        of steps whose tools all fail (or are refused) is not."""
         by_id = {call.id: call for call in answered}
         for part in self.step.parts():
             if isinstance(part, ToolCallPart):
                 part = by_id.get(part.id, part)
             self.committed.append(part)
+        if self.step.text.strip() or any(
+            call.result is not None and not call.result.is_error for call in answered
+        ):
+            self.last_progress = time.monotonic()
         self.step = StreamAccumulator()
-        self.last_progress = time.monotonic()
 
     def add_text(self, text: str) -> None:
         """Text the loop itself adds (a stop explanation), after everything else."""

@@ -240,9 +240,10 @@ def stream_response(state: AppState, generation: Generation, include_usage: bool
                     }
                     await write(encoder.progress(STATUS_LLM_NEW_TOKEN, {"restart": restart}))
                 case Status(name=name, detail=detail):
-                    if name != "thinking":
-                        status = {"name": name, "detail": detail}
-                        await write(encoder.progress(STATUS_LLM_NEW_TOKEN, {"status": status}))
+                    # "thinking" opens each later step of an agent turn (Chatchat llm_start)
+                    code = STATUS_LLM_START if name == "thinking" else STATUS_LLM_NEW_TOKEN
+                    status = {"name": name, "detail": detail}
+                    await write(encoder.progress(code, {"status": status}))
                 case UsageEvent(usage=event_usage):
                     usage.append(event_usage)
                 case Done(stop_reason=reason):
