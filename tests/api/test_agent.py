@@ -302,3 +302,51 @@ def test_sigterm_finishes_or_interrupts_live_streams(upstream: MockOpenAI, tmp_p
         assert saved.startswith("w0 w1 ")
     finally:
         server.stop()
+
+
+def test_silent_upstream_hits_the_deadlines(upstream: MockOpenAI, tmp_path: Path) -> None:
+    upstream.reset()
+    config = server_config(
+        upstream,
+        agent={
+            "retry_backoff_seconds": [],
+            "first_token_base_seconds": 0.5,
+            "first_token_seconds_per_1k_input": 0,
+            "between_chunks_seconds": 0.5,
+        },
+    )
+    with ParleyServer(tmp_path / "data", config) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+        closed = upstream.connections_closed
+        upstream.queue(Reply(frames=text_frames(["late"]), first_delay=5))
+        began = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(model="fast", messages=ASK, stream=True)  # type: ignore[arg-type]
+        assert caught.value.status_code == 504
+        assert time.monotonic() - began < 3
+        # the upstream request was closed, not left hanging
+        deadline = time.monotonic() + 5
+        while upstream.connections_closed == closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert upstream.connections_closed > closed
+
+        # a stall mid-stream: the partial answer is kept and the client gets an error
+        frames = text_frames(["one ", "two ", "never"])
+        upstream.queue(Reply(frames=frames, stall_after=3, stall_seconds=3))
+        stream = client.chat.completions.create(
+            model="fast",
+            messages=ASK,  # type: ignore[arg-type]
+            stream=True,
+        )
+        received: list[str] = []
+        with pytest.raises(openai.APIError) as stalled:
+            for item in stream:
+                if item.choices:
+                    received.append(item.choices[0].delta.content or "")
+        assert "between chunks" in str(stalled.value)
+        rows = db_rows(
+            server.db_path,
+            "SELECT status, parts FROM messages WHERE role = 'assistant' ORDER BY rowid",
+        )
+        assert rows[-1]["status"] == "incomplete"
+        assert json.loads(rows[-1]["parts"])[0]["text"] == "".join(received)

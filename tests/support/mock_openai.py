@@ -35,6 +35,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     cut_after: int | None = None
     """Drop the connection (no clean end) after this many frames."""
+    stall_after: int | None = None
+    """Go silent for ``stall_seconds`` after this many frames."""
+    stall_seconds: float = 0.0
 
 
 class _Cut(Exception):
@@ -214,6 +217,8 @@ class MockOpenAI:
                     raise _Cut()
                 if index and reply.delay:
                     await asyncio.sleep(reply.delay)
+                if index == reply.stall_after:
+                    await asyncio.sleep(reply.stall_seconds)
                 yield frame
         finally:
             self.connections_closed += 1

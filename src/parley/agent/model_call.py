@@ -69,12 +69,14 @@ async def with_deadlines(
                 return
             except TimeoutError:
                 what = "between chunks" if got_first else "before the first token"
-                raise ProviderError(
-                    f"upstream {provider!r} sent nothing for {timeout:.0f} s {what}",
+                error = ProviderError(
+                    f"upstream {provider!r} sent nothing for {timeout:g} s {what}",
                     provider=provider,
                     retryable=not got_first,
                     code="upstream_timeout",
-                ) from None
+                )
+                error.status = 504
+                raise error from None
             got_first = True
             timeout = between
             yield event
