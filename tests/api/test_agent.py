@@ -339,10 +339,14 @@ def test_silent_upstream_hits_the_deadlines(upstream: MockOpenAI, tmp_path: Path
             stream=True,
         )
         received: list[str] = []
-        with pytest.raises(openai.APIError) as stalled:
+
+        def read() -> None:
             for item in stream:
                 if item.choices:
                     received.append(item.choices[0].delta.content or "")
+
+        with pytest.raises(openai.APIError) as stalled:
+            read()
         assert "between chunks" in str(stalled.value)
         rows = db_rows(
             server.db_path,
