@@ -81,6 +81,10 @@ class Restart:
     attempt: int
     model: str
     delay_seconds: float
+    clear: bool = True
+    """Whether any of the abandoned attempt's output was shown (and must be dropped)."""
+    keep_content_chars: int = 0
+    """How much of the content already shown stays (earlier steps' text)."""
     kind: Literal["restart"] = "restart"
 
 

@@ -96,6 +96,15 @@ class Message:
         return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
 
 
+STEP_SEPARATOR = "\n\n"
+"""Between the text of an agent turn's steps, wherever the reply is shown as one string."""
+
+
+def reply_text(parts: tuple[Part, ...] | list[Part]) -> str:
+    """An assistant reply's text as clients see it: each text part, a blank line between."""
+    return STEP_SEPARATOR.join(p.text for p in parts if isinstance(p, TextPart) and p.text)
+
+
 def text_message(role: Role, text: str) -> Message:
     return Message(role=role, parts=(TextPart(text),))
 

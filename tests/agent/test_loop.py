@@ -42,6 +42,7 @@ from parley.store.repository import ConversationStore
 from parley.tools.function import function_tool
 from parley.tools.protocol import ToolContext
 from parley.tools.registry import ToolRegistry
+from parley.tools.workspaces import conversation_workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -315,7 +316,9 @@ async def test_large_output_spills_to_the_workspace(make_world: MakeWorld) -> No
     finished = next(e for e in events if isinstance(e, ToolFinished))
     assert len(finished.output.encode()) < 4096 + 1024
     assert "tool_outputs/call_big.txt" in finished.output
-    saved = world.service._settings.workspace_dir / str(generation.conversation_id)
+    saved = conversation_workspace(
+        world.service._settings.workspace_dir, "me", str(generation.conversation_id)
+    )
     assert (saved / "tool_outputs" / "call_big.txt").read_text() == "x" * 40_000
 
 
@@ -629,7 +632,11 @@ async def test_shutdown_stops_loops_and_refuses_new_turns(make_world: MakeWorld)
     await generation.wait()
     assert "[Server is shutting down]" in text_of(events)
     assert len(world.primary.requests) == 1  # no further model call
-    assert (await stored_reply(world, generation)).status == "complete"
+    assert isinstance(events[-1], StreamError)  # the client knows the turn is unfinished
+    assert events[-1].error.status == 503
+    reply = await stored_reply(world, generation)
+    assert reply.status == "interrupted"
+    assert [p.result.content for p in reply.parts if isinstance(p, ToolCallPart)] == ["rested"]
 
 
 async def test_shutdown_after_grace_interrupts_and_tells_the_client(
@@ -648,3 +655,162 @@ async def test_shutdown_after_grace_interrupts_and_tells_the_client(
     reply = await stored_reply(world, generation)
     assert reply.status == "interrupted"
     assert reply.parts == (TextPart("slow "),)
+
+
+# --- defects found in review ------------------------------------------------------------
+
+
+async def test_tool_use_without_a_callable_call_ends_the_turn(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(TextDelta("ok"), ToolCallDelta(0, "c1", None, "{}"), Done("tool_use"))
+    _, events = await run(world, ask())
+    assert len(world.primary.requests) == 1
+    assert text_of(events) == "ok"
+    assert isinstance(events[-1], Done)
+    assert events[-1].stop_reason == "end_turn"
+
+
+async def test_a_cut_off_server_call_is_never_handed_to_the_client(
+    make_world: MakeWorld,
+) -> None:
+    world = await make_world()
+    world.primary.queue(ToolCallDelta(0, "c1", "echo", '{"text": '), Done("max_tokens"))
+    generation, _ = await run(world, ask(stream=False))
+    assert generation.turn.unanswered_calls() == []
+    reply = await stored_reply(world, generation)
+    (call_part,) = [p for p in reply.parts if isinstance(p, ToolCallPart)]
+    assert call_part.result is not None
+    assert "Not run" in call_part.result.content
+    assert world.tools.ran == []
+
+
+async def test_finished_results_survive_an_interrupted_step(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(
+        ToolCallDelta(0, "fast", "echo", '{"text": "kept"}'),
+        ToolCallDelta(1, "slow", "nap", '{"seconds": 30}'),
+        Done("tool_use"),
+    )
+    generation, events = await start(world, ask())
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if any(isinstance(e, ToolFinished) for e in events):
+            break
+    generation.detach(cancel=True)
+    await generation.wait()
+    reply = await stored_reply(world, generation)
+    assert reply.status == "interrupted"
+    results = {p.id: p.result for p in reply.parts if isinstance(p, ToolCallPart)}
+    assert results["fast"].content == "echo: kept"
+    assert "interrupted" in results["slow"].content
+    assert world.tools.cancelled == 1
+
+
+async def cancels_itself() -> str:
+    """A tool whose own work gets cancelled."""
+    inner = asyncio.get_running_loop().create_future()
+    inner.cancel()
+    return str(await inner)
+
+
+async def test_a_tool_cancelling_itself_is_an_error_result(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.tools.registry.register(function_tool(name="odd")(cancels_itself))
+    world.primary.queue(*call("odd", "{}"))
+    world.primary.say("moving on")
+    generation, events = await run(world, ask(tools=("odd",)))
+    finished = next(e for e in events if isinstance(e, ToolFinished))
+    assert finished.is_error
+    assert "cancelled" in finished.output
+    assert text_of(events) == "moving on"
+    assert (await stored_reply(world, generation)).status == "complete"
+
+
+async def test_a_failed_step_commit_does_not_end_the_turn(
+    make_world: MakeWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    world = await make_world()
+
+    async def broken(message_id: str, parts: Any) -> None:
+        raise OperationalError("UPDATE", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(world.store, "checkpoint", broken)
+    world.primary.queue(*call("echo", '{"text": "x"}'))
+    world.primary.say("fine")
+    generation, events = await run(world, ask())
+    assert isinstance(events[-1], Done)
+    reply = await stored_reply(world, generation)
+    assert reply.status == "complete"
+    assert [type(p).__name__ for p in reply.parts] == ["ToolCallPart", "TextPart"]
+
+
+async def test_forced_tool_choice_applies_to_the_first_step_only(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(*call("echo", '{"text": "x"}'))
+    world.primary.say("done")
+    turn = ChatTurn(
+        owner="me",
+        model=None,
+        messages=(text_message("user", "hi"),),
+        server_tools=("echo",),
+        tool_choice="required",
+    )
+    await run(world, turn)
+    assert [r.tool_choice for r in world.primary.requests] == ["required", "auto"]
+
+
+async def test_an_empty_reply_cut_by_max_tokens_is_not_retried(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(UsageEvent(Usage(100, 50)), Done("max_tokens"))
+    _, events = await run(world, ask(tools=()))
+    assert len(world.primary.requests) == 1
+    assert isinstance(events[-1], Done)
+    assert events[-1].stop_reason == "max_tokens"
+
+
+async def test_restart_says_what_to_keep(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(TextDelta("Let me check."), *call("echo", '{"text": "x"}'))
+    world.primary.queue(ReasoningDelta("hmm"), unavailable())
+    world.primary.say("Done.")
+    _, events = await run(world, ask())
+    (restart,) = [e for e in events if isinstance(e, Restart)]
+    assert restart.clear is True  # the reasoning shown must go
+    assert restart.keep_content_chars == len("Let me check.")  # the first step's text stays
+    assert text_of(events) == "Let me check.\n\nDone."
+
+
+async def test_duplicate_call_ids_in_a_step_stay_two_calls(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.primary.queue(
+        ToolCallDelta(0, "call_0", "echo", '{"text": "a"}'),
+        ToolCallDelta(1, "call_0", "echo", '{"text": "b"}'),
+        Done("tool_use"),
+    )
+    world.primary.say("both")
+    generation, _ = await run(world, ask())
+    assert sorted(world.tools.ran) == ["echo:a", "echo:b"]
+    reply = await stored_reply(world, generation)
+    calls = [p for p in reply.parts if isinstance(p, ToolCallPart)]
+    assert len({c.id for c in calls}) == 2
+    assert sorted(c.result.content for c in calls) == ["echo: a", "echo: b"]
+
+
+async def test_the_model_that_answered_is_recorded(make_world: MakeWorld) -> None:
+    world = await make_world()
+    for _ in range(4):
+        world.primary.queue(unavailable())
+    world.backup.say("backup here")
+    generation, _ = await run(world, ask(tools=()))
+    assert (await stored_reply(world, generation)).model == "backup/m2"
+
+
+async def test_workspaces_are_per_owner(make_world: MakeWorld) -> None:
+    world = await make_world()
+    root = world.service._settings.workspace_dir
+    assert conversation_workspace(root, "alice", "team.notes") != conversation_workspace(
+        root, "bob", "team.notes"
+    )
+    assert conversation_workspace(root, "alice", "../x").parent.parent == root

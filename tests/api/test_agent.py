@@ -18,6 +18,8 @@ from tests.conftest import db_rows, server_config
 from tests.support.mock_openai import MockOpenAI, Reply, chunk, sse, text_frames
 from tests.support.server import ParleyServer
 
+from parley.tools.workspaces import conversation_workspace
+
 ASK = [{"role": "user", "content": "What time is it?"}]
 
 
@@ -354,3 +356,21 @@ def test_silent_upstream_hits_the_deadlines(upstream: MockOpenAI, tmp_path: Path
         )
         assert rows[-1]["status"] == "incomplete"
         assert json.loads(rows[-1]["parts"])[0]["text"] == "".join(received)
+
+
+def test_workspace_files_go_with_their_conversation(
+    agent: openai.OpenAI, upstream: MockOpenAI, agent_server: ParleyServer
+) -> None:
+    arguments = json.dumps({"path": "notes/plan.txt", "content": "step one"})
+    upstream.queue_tool_calls([("call_w", "workspace_write", arguments)])
+    upstream.queue_text("Saved.")
+    reply = agent.chat.completions.create(
+        model="fast",
+        messages=ASK,  # type: ignore[arg-type]
+        tools=["workspace_write"],  # type: ignore[list-item]
+    )
+    conversation = extras(reply)["parley"]["conversation_id"]
+    folder = conversation_workspace(agent_server.data_dir / "workspaces", "local", conversation)
+    assert (folder / "notes" / "plan.txt").read_text() == "step one"
+    assert httpx.delete(f"{agent_server.url}/v1/conversations/{conversation}").status_code == 200
+    assert not folder.exists()

@@ -21,6 +21,8 @@ FIGURES = [
     "2_3_half_load",
     "8_overload_2x",
     "7_memory",
+    "9_agent_steps",
+    "10_database_per_turn",
 ]
 
 

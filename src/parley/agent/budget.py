@@ -21,8 +21,6 @@ from parley.settings import AgentSettings
 class Budget:
     settings: AgentSettings
     shutting_down: Callable[[], bool]
-    max_tokens: int | None = None
-    max_cost_usd: float | None = None
     iterations: int = 0
 
     def check(self, turn: TurnState) -> Stop | None:
@@ -42,11 +40,11 @@ class Budget:
                 "time_budget",
                 f"Time budget exceeded ({elapsed:.0f} of {settings.wall_clock_seconds:.0f} s)",
             )
-        token_cap = self.max_tokens or settings.max_turn_tokens
+        token_cap = settings.max_turn_tokens
         used = turn.usage.total_tokens
         if token_cap is not None and used >= token_cap:
             return Stop("token_budget", f"Token budget exceeded ({used} of {token_cap})")
-        cost_cap = self.max_cost_usd or settings.max_turn_cost_usd
+        cost_cap = settings.max_turn_cost_usd
         if cost_cap is not None and turn.cost_usd >= cost_cap:
             return Stop(
                 "cost_budget",

@@ -23,10 +23,9 @@ one model call whose tool-call fragments stream to the client as they come.
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, replace
-from hashlib import sha256
 from typing import Any
 
 from parley.agent.budget import Budget
@@ -38,6 +37,8 @@ from parley.agent.turn import Stop, TurnState
 from parley.events import (
     Done,
     Event,
+    ReasoningDelta,
+    Restart,
     Status,
     StepDone,
     TextDelta,
@@ -46,7 +47,7 @@ from parley.events import (
     ToolStarted,
     UsageEvent,
 )
-from parley.messages import Message, ToolCallPart, ToolResult
+from parley.messages import STEP_SEPARATOR, Message, ToolCallPart, ToolResult
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
@@ -55,6 +56,7 @@ from parley.store.repository import ConversationStore
 from parley.tools.lru import ActiveTools
 from parley.tools.protocol import ToolContext
 from parley.tools.registry import ToolRegistry
+from parley.tools.workspaces import conversation_workspace
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +69,7 @@ LOOP_STOP = Stop(
     "Stopped: the same tool calls kept repeating after a warning",
 )
 CONTENT_FILTERED = "[The provider's content filter stopped this reply.]"
-STEP_SEPARATOR = "\n\n"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NOT_RUN = "[Not run: the reply ended before this call was complete]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +86,6 @@ class AgentRequest:
     models: list[ResolvedModel]
     """The model, then its fallbacks."""
     server_tools: tuple[str, ...] = ()
-    max_turn_tokens: int | None = None
-    max_turn_cost_usd: float | None = None
 
     @property
     def client_tools(self) -> frozenset[str]:
@@ -111,14 +110,9 @@ class AgentLoop:
         self._model_call = model_call or ModelCall(settings.agent, pricing)
         self._runner = ToolRunner(tools, settings.tools)
 
-    async def run(self, request: AgentRequest, turn: TurnState) -> AsyncIterator[Event]:
+    async def run(self, request: AgentRequest, turn: TurnState) -> AsyncGenerator[Event]:
         settings = self._settings
-        budget = Budget(
-            settings.agent,
-            self._shutting_down,
-            max_tokens=request.max_turn_tokens,
-            max_cost_usd=request.max_turn_cost_usd,
-        )
+        budget = Budget(settings.agent, self._shutting_down)
         detector = LoopDetector.from_settings(settings.agent)
         active = ActiveTools(
             list(request.server_tools),
@@ -128,7 +122,9 @@ class AgentLoop:
         )
         session = _Session(request, active)
         passthrough = not request.server_tools
-        client_tools = request.client_tools
+        if len(request.server_tools) > settings.tools.warn_active:
+            log.warning("%d server tools in one request", len(request.server_tools))
+        shown = _Shown()
         while True:
             stop = budget.check(turn)
             if stop is not None:
@@ -138,51 +134,54 @@ class AgentLoop:
             budget.iterations += 1
             active.begin_iteration(budget.iterations)
             yield Status("thinking", str(budget.iterations))
-            offered = active.offered()
-            session.offered = offered
-            if len(offered) > settings.tools.warn_active:
-                log.warning("%d tools are active in one request", len(offered))
-            separate = turn.has_text
-            async for event in self._model_call.run(self._plan(request, turn, offered), turn):
-                if isinstance(event, ToolCallDelta) and not passthrough:
-                    continue  # decided once the step's calls are complete
-                if separate and isinstance(event, TextDelta):
-                    separate = False
-                    yield TextDelta(STEP_SEPARATOR)
-                yield event
-            reason = turn.stop_reason
-            if reason != "tool_use":
-                turn.commit_step([])
-                if reason == "content_filtered":
-                    lead = STEP_SEPARATOR if turn.has_text else ""
-                    turn.add_text(CONTENT_FILTERED)
-                    yield TextDelta(lead + CONTENT_FILTERED)
-                break
+            offered = session.offered = active.offered()
+            plan = self._plan(request, turn, offered, budget.iterations)
+            shown.begin_step(separate=turn.has_text)
+            async with aclosing(self._model_call.run(plan, turn)) as events:
+                async for event in events:
+                    if isinstance(event, ToolCallDelta) and not passthrough:
+                        continue  # decided once the step's calls are complete
+                    for out in shown.pass_on(event):
+                        yield out
             calls = turn.step.tool_calls()
-            mine = [] if passthrough else [c for c in calls if c.name not in client_tools]
+            if turn.stop_reason == "tool_use" and not calls:
+                turn.stop_reason = "end_turn"  # nothing callable came: the reply is the answer
+            mine = [] if passthrough else [c for c in calls if c.name not in request.client_tools]
             theirs = [c for c in calls if c not in mine]
-            answered: list[ToolCallPart] = []
-            if mine:
-                if detector.observe([(c.name, c.arguments) for c in mine]):
-                    # checked before execution: none of the step's calls runs
-                    last = detector.fired >= 2
-                    text = LOOP_STOP.message if last else LOOP_WARNING
-                    answered = [c.answered(ToolResult(text, is_error=True)) for c in mine]
-                    for c in mine:
-                        yield ToolStarted(c.id, c.name, c.arguments)
-                        yield ToolFinished(c.id, c.name, c.arguments, text, True, 0.0)
-                    if last:
-                        turn.commit_step(answered)
-                        async for event in self._stop(turn, LOOP_STOP):
-                            yield event
-                        break
-                else:
-                    async for event in self._runner.run(
-                        mine, offered, lambda call: self._context(request, call, session), answered
-                    ):
+            if turn.stop_reason != "tool_use":
+                # calls of a reply cut short (max_tokens, content filter) never run
+                for call in mine:
+                    turn.record(call.answered(ToolResult(NOT_RUN, is_error=True)))
+                turn.commit_step()
+                if turn.stop_reason == "content_filtered":
+                    for out in shown.pass_on(TextDelta(CONTENT_FILTERED), note=True):
+                        yield out
+                    turn.add_text(CONTENT_FILTERED)
+                break
+            if mine and detector.observe([(c.name, c.arguments) for c in mine]):
+                # checked before execution: none of the step's calls runs
+                last = detector.fired >= 2
+                text = LOOP_STOP.message if last else LOOP_WARNING
+                for call in [*mine, *(theirs if last else ())]:
+                    turn.record(call.answered(ToolResult(text, is_error=True)))
+                    yield ToolStarted(call.id, call.name, call.arguments)
+                    yield ToolFinished(call.id, call.name, call.arguments, text, True, 0.0)
+                turn.commit_step()
+                if last:
+                    async for event in self._stop(turn, LOOP_STOP):
                         yield event
-                    active.used([c.name for c in mine])
-            turn.commit_step(answered)
+                    break
+                yield StepDone(budget.iterations)
+                continue
+            if mine:
+                tools = self._runner.run(
+                    mine, offered, lambda call: self._context(request, call, session), turn.record
+                )
+                async with aclosing(tools):
+                    async for event in tools:
+                        yield event
+                active.used([c.name for c in mine])
+            turn.commit_step()
             if theirs:
                 if not passthrough:
                     for index, call in enumerate(theirs):
@@ -201,7 +200,9 @@ class AgentLoop:
         yield Status("stopped", stop.message)
         yield TextDelta(text)
 
-    def _plan(self, request: AgentRequest, turn: TurnState, offered: list[str]) -> CallPlan:
+    def _plan(
+        self, request: AgentRequest, turn: TurnState, offered: list[str], iteration: int
+    ) -> CallPlan:
         repair = self._settings.agent.repair
         context = (*request.history, Message("assistant", turn.parts()))
         if not turn.committed:
@@ -209,6 +210,9 @@ class AgentLoop:
         specs = [spec for name in offered if (spec := self._tools.spec(name)) is not None]
         template = request.template
         tools = (*template.tools, *specs)
+        choice = template.tool_choice
+        if iteration > 1 and (choice == "required" or isinstance(choice, dict)):
+            choice = "auto"  # forcing a call again every step would never let the turn end
 
         def request_for(model: ResolvedModel) -> ModelRequest:
             messages = repair_messages(
@@ -222,7 +226,7 @@ class AgentLoop:
                 model=model.model,
                 messages=tuple(messages),
                 tools=tools,
-                tool_choice=template.tool_choice if tools else None,
+                tool_choice=choice if tools else None,
             )
 
         return CallPlan(
@@ -230,17 +234,19 @@ class AgentLoop:
             request_for=request_for,
             input_tokens=estimate_tokens(context),
             incremental=template.incremental,
+            forwards_tool_calls=not request.server_tools,
         )
 
     def _context(self, request: AgentRequest, call: ToolCallPart, session: _Session) -> ToolContext:
-        folder = request.conversation_id or request.message_id
-        if not _SAFE_NAME.match(folder):
-            folder = sha256(folder.encode()).hexdigest()[:32]
         return ToolContext(
             owner=request.owner,
             conversation_id=request.conversation_id,
             call_id=call.id,
-            workspace=self._settings.workspace_dir / folder,
+            workspace=conversation_workspace(
+                self._settings.workspace_dir,
+                request.owner,
+                request.conversation_id or request.message_id,
+            ),
             settings=self._settings,
             store=self._store,
             session=session,
@@ -273,3 +279,41 @@ class _Session:
             "memory_retrieval": None,
             "conversation_id": request.conversation_id,
         }
+
+
+class _Shown:
+    """What the client has been shown of the turn's answer, to pass events on right:
+    a blank line between steps' text, and a ``Restart`` that says what to drop."""
+
+    def __init__(self) -> None:
+        self.content_chars = 0
+        self._step_start = 0
+        self._separate = False
+        self._separate_at_start = False
+        self._attempt_shown = False
+
+    def begin_step(self, *, separate: bool) -> None:
+        self._step_start = self.content_chars
+        self._separate = self._separate_at_start = separate
+        self._attempt_shown = False
+
+    def pass_on(self, event: Event, *, note: bool = False) -> list[Event]:
+        if isinstance(event, Restart):
+            restart = replace(event, clear=self._attempt_shown, keep_content_chars=self._step_start)
+            self.content_chars = self._step_start
+            self._separate = self._separate_at_start
+            self._attempt_shown = False
+            return [restart]
+        if isinstance(event, TextDelta):
+            out: list[Event] = []
+            if self._separate or (note and self.content_chars):
+                self._separate = False
+                out.append(TextDelta(STEP_SEPARATOR + event.text))
+            else:
+                out.append(event)
+            self.content_chars += len(out[0].text) if isinstance(out[0], TextDelta) else 0
+            self._attempt_shown = True
+            return out
+        if isinstance(event, ReasoningDelta):
+            self._attempt_shown = True
+        return [event]

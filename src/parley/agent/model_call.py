@@ -44,6 +44,9 @@ class CallPlan:
     """An estimate of the request's size, for the first-token deadline."""
     incremental: bool
     """True when events reach the client as they come (a streaming client)."""
+    forwards_tool_calls: bool = True
+    """False when tool-call fragments are held back (server tools are in play), so a
+    call alone has not reached the client."""
 
 
 def first_token_seconds(settings: AgentSettings, input_tokens: int) -> float:
@@ -113,7 +116,7 @@ class ModelCall:
         self._pricing = pricing
         self._sleep = sleep
 
-    async def run(self, plan: CallPlan, turn: TurnState) -> AsyncIterator[Event]:
+    async def run(self, plan: CallPlan, turn: TurnState) -> AsyncGenerator[Event]:
         """Yield the step's events (normalised by the stream reader); raise on failure."""
         settings = self._settings
         attempt = 0
@@ -150,8 +153,12 @@ class ModelCall:
                                 if isinstance(event, Done):
                                     finished = True
                                     break
-                                if plan.incremental and isinstance(
-                                    event, TextDelta | ToolCallDelta
+                                if plan.incremental and (
+                                    isinstance(event, TextDelta)
+                                    or (
+                                        plan.forwards_tool_calls
+                                        and isinstance(event, ToolCallDelta)
+                                    )
                                 ):
                                     answered = True  # reasoning alone does not block a retry
                                 yield event
@@ -163,7 +170,10 @@ class ModelCall:
                                 provider=model.provider.name,
                                 code="upstream_incomplete",
                             )
-                    if not step.has_output and step.stop_reason != "content_filtered":
+                    if not step.has_output and step.stop_reason not in (
+                        "content_filtered",
+                        "max_tokens",  # e.g. hidden reasoning used the whole output budget
+                    ):
                         raise EmptyReply(
                             "the model returned an empty reply",
                             provider=model.provider.name,
@@ -193,6 +203,7 @@ class ModelCall:
                     raise
                 self._count(turn, model)
                 turn.stop_reason = step.stop_reason
+                turn.answered_by = model.public_name
                 return
         assert last_error is not None
         raise last_error

@@ -28,6 +28,7 @@ from parley.messages import Part, ReasoningPart, TextPart, ToolCallPart, Usage
 @dataclass(slots=True)
 class _Call:
     id: str
+    upstream_id: str | None = None
     name: str = ""
     arguments: list[str] = field(default_factory=list)
 
@@ -81,11 +82,14 @@ class StreamAccumulator:
 
     def _tool_fragment(self, event: ToolCallDelta) -> ToolCallDelta:
         slot = self._slots.get(event.index)
-        if slot is not None and event.id and event.id != self._calls[slot].id:
+        if slot is not None and event.id and event.id != self._calls[slot].upstream_id:
             slot = None  # a new call at an index already used
         if slot is None:
             slot = self._slots[event.index] = len(self._calls)
-            self._calls.append(_Call(event.id or new_id("call")))
+            call_id = event.id
+            if not call_id or any(c.id == call_id for c in self._calls):
+                call_id = new_id("call")  # missing, or reused for another call of the step
+            self._calls.append(_Call(call_id, event.id))
             if "tools" not in self._order:
                 self._order.append("tools")
             first = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, Callable, Collection
 from dataclasses import replace
 from typing import Any
 
@@ -63,12 +63,13 @@ class ToolRunner:
         calls: list[ToolCallPart],
         offered: Collection[str],
         context_for: ContextFor,
-        answered: list[ToolCallPart],
-    ) -> AsyncIterator[Event]:
-        """Run ``calls`` concurrently; yield start and finish events; fill ``answered``
-        (in call order) with each call carrying its result."""
-        results: dict[str, ToolCallPart] = {}
+        on_result: Callable[[ToolCallPart], None],
+    ) -> AsyncGenerator[Event]:
+        """Run ``calls`` concurrently, yielding start and finish events; each call,
+        answered, goes to ``on_result`` the moment it finishes. Cancelling this cancels
+        the calls still running; those get an "interrupted" result."""
         tasks: dict[asyncio.Task[tuple[ToolOutput, float, float]], ToolCallPart] = {}
+        finished: set[str] = set()
         try:
             for call in calls:
                 yield ToolStarted(call.id, call.name, call.arguments)
@@ -81,18 +82,25 @@ class ToolRunner:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     call = tasks[task]
-                    output, started_at, seconds = task.result()
+                    if task.cancelled():  # the tool cancelled itself: not the turn's business
+                        output = ToolOutput(f"Tool '{call.name}' was cancelled", is_error=True)
+                        started_at, seconds = time.time(), 0.0
+                    else:
+                        output, started_at, seconds = task.result()
                     result = ToolResult(output.content, output.is_error, started_at, seconds)
-                    results[call.id] = replace(call, result=result)
+                    on_result(replace(call, result=result))
+                    finished.add(call.id)
                     yield ToolFinished(
                         call.id, call.name, call.arguments, output.content, output.is_error, seconds
                     )
         finally:
-            for task in tasks:
+            for task, call in tasks.items():
                 task.cancel()
+                if call.id not in finished:
+                    note = f"[Tool '{call.name}' was interrupted before it finished]"
+                    on_result(replace(call, result=ToolResult(note, is_error=True)))
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
-        answered.extend(results[call.id] for call in calls)
 
     async def _one(
         self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor

@@ -31,6 +31,7 @@ class TurnState:
     def __init__(self) -> None:
         self.committed: list[Part] = []
         self.step = StreamAccumulator()
+        self._results: dict[str, ToolCallPart] = {}
         self.usage = Usage()
         self.cost_usd = 0.0
         self.unpriced_calls = 0
@@ -38,6 +39,8 @@ class TurnState:
         self.model_calls = 0
         self.stop_reason: StopReason | None = None
         self.stop: Stop | None = None
+        self.answered_by: str | None = None
+        """The public name of the model that gave the last reply (a fallback, maybe)."""
         self.started = time.monotonic()
         self.last_progress = self.started
 
@@ -45,34 +48,31 @@ class TurnState:
 
     def begin_step(self) -> StreamAccumulator:
         self.step = StreamAccumulator()
+        self._results.clear()
         return self.step
 
-    def commit_step(self, answered: list[ToolCallPart]) -> None:
-        """The step is over: keep its parts, with tool calls replaced by answered ones.
+    def record(self, call: ToolCallPart) -> None:
+        """A call of the current step got its result (kept even if the step never ends)."""
+        self._results[call.id] = call
+
+    def commit_step(self) -> None:
+        """The step is over: keep its parts, tool calls carrying their recorded results.
 
         A step is progress when it produced text or at least one tool succeeded; a run
         of steps whose tools all fail (or are refused) is not."""
-        by_id = {call.id: call for call in answered}
-        for part in self.step.parts():
-            if isinstance(part, ToolCallPart):
-                part = by_id.get(part.id, part)
-            self.committed.append(part)
+        parts = self._step_parts()
+        self.committed.extend(parts)
         if self.step.text.strip() or any(
-            call.result is not None and not call.result.is_error for call in answered
+            isinstance(p, ToolCallPart) and p.result is not None and not p.result.is_error
+            for p in parts
         ):
             self.last_progress = time.monotonic()
         self.step = StreamAccumulator()
+        self._results.clear()
 
     def add_text(self, text: str) -> None:
         """Text the loop itself adds (a stop explanation), after everything else."""
         self.committed.append(TextPart(text))
-
-    def answer_pending(self, answered: list[ToolCallPart]) -> None:
-        """Replace committed calls by their answered versions (matched by id)."""
-        by_id = {call.id: call for call in answered}
-        self.committed = [
-            by_id.get(p.id, p) if isinstance(p, ToolCallPart) else p for p in self.committed
-        ]
 
     # --- accounting -------------------------------------------------------------------
 
@@ -82,15 +82,20 @@ class TurnState:
         if usage is not None:
             self.usage.add(usage)
         if cost is None:
-            if usage is not None and usage.total_tokens:
-                self.unpriced_calls += 1
+            self.unpriced_calls += 1  # no price, or no usage reported: a lower bound
         else:
             self.cost_usd += cost
 
     # --- views ------------------------------------------------------------------------
 
     def parts(self) -> tuple[Part, ...]:
-        return (*self.committed, *self.step.parts())
+        return (*self.committed, *self._step_parts())
+
+    def _step_parts(self) -> list[Part]:
+        results = self._results
+        return [
+            results.get(p.id, p) if isinstance(p, ToolCallPart) else p for p in self.step.parts()
+        ]
 
     @property
     def has_output(self) -> bool:
@@ -102,13 +107,9 @@ class TurnState:
             self.step.text
         )
 
-    def client_calls(self, client_tools: frozenset[str]) -> list[ToolCallPart]:
-        """Unanswered calls of client-defined tools: what the client must run."""
-        return [
-            p
-            for p in self.parts()
-            if isinstance(p, ToolCallPart) and p.result is None and p.name in client_tools
-        ]
+    def unanswered_calls(self) -> list[ToolCallPart]:
+        """Calls left for the client to run (server calls always end with a result)."""
+        return [p for p in self.parts() if isinstance(p, ToolCallPart) and p.result is None]
 
     def server_calls(self) -> list[ToolCallPart]:
         return [p for p in self.committed if isinstance(p, ToolCallPart) and p.result is not None]

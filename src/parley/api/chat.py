@@ -16,7 +16,6 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from parley.agent.loop import STEP_SEPARATOR
 from parley.api.errors import error_response, validation_error
 from parley.api.sse import (
     DONE,
@@ -49,7 +48,7 @@ from parley.events import (
     ToolStarted,
     UsageEvent,
 )
-from parley.messages import ReasoningPart, TextPart, ToolCallPart, Usage
+from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
 
 router = APIRouter()
 
@@ -236,7 +235,8 @@ def stream_response(state: AppState, generation: Generation, include_usage: bool
                         "attempt": event.attempt,
                         "model": event.model,
                         "delay_seconds": round(event.delay_seconds, 3),
-                        "clear": True,
+                        "clear": event.clear,
+                        "keep_content_chars": event.keep_content_chars,
                     }
                     await write(encoder.progress(STATUS_LLM_NEW_TOKEN, {"restart": restart}))
                 case Status(name=name, detail=detail):
@@ -257,8 +257,6 @@ def stream_response(state: AppState, generation: Generation, include_usage: bool
                 case StreamError(error=error):
                     await write(encoder.error(error.message, error.type, error.code))
                     await write(None)
-                case StepDone():
-                    pass
 
         state.service.start(generation, sink)
 
@@ -317,10 +315,10 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
     """The ``chat.completion`` object of a finished generation."""
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
     parts = generation.turn.parts()
-    text = STEP_SEPARATOR.join(p.text for p in parts if isinstance(p, TextPart) and p.text)
+    text = reply_text(parts)
     reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
-    calls = [p for p in parts if isinstance(p, ToolCallPart) and p.result is None]
-    ran = [p for p in parts if isinstance(p, ToolCallPart) and p.result is not None]
+    calls = generation.turn.unanswered_calls()  # the client's to run
+    ran = generation.turn.server_calls()
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -337,7 +335,7 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
         "id": f"chatcmpl-{generation.message_id}",
         "object": "chat.completion",
         "created": generation.created,
-        "model": generation.model.public_name,
+        "model": generation.turn.answered_by or generation.model.public_name,
         "system_fingerprint": None,
         "choices": [
             {

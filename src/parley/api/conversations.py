@@ -1,5 +1,7 @@
 """``/v1/conversations``: list (newest first, paginated), read, rename, delete.
 
+Deleting a conversation removes its workspace folder (tool files) too.
+
 Another owner's conversation answers 404, exactly like one that does not exist.
 """
 
@@ -14,8 +16,9 @@ from starlette.responses import Response
 
 from parley.api.state import AppState
 from parley.errors import NotFound
-from parley.messages import TextPart, parts_to_json
+from parley.messages import TextPart, parts_to_json, reply_text
 from parley.store.repository import StoredConversation, StoredMessage
+from parley.tools.workspaces import remove_workspace
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
@@ -49,7 +52,9 @@ def message_json(message: StoredMessage) -> dict[str, Any]:
         "object": "conversation.message",
         "parent_id": message.parent_id,
         "role": message.role,
-        "content": "".join(p.text for p in message.parts if isinstance(p, TextPart)),
+        "content": reply_text(message.parts)
+        if message.role == "assistant"
+        else "".join(p.text for p in message.parts if isinstance(p, TextPart)),
         "parts": parts_to_json(message.parts),
         "status": message.status,
         "model": message.model,
@@ -113,5 +118,6 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
         await state.conversations.delete_conversation(owner, conversation_id)
     except LookupError:
         raise _not_found(conversation_id) from None
+    await remove_workspace(state.settings.workspace_dir, owner, conversation_id)
     body = {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
     return Response(orjson.dumps(body), media_type="application/json")

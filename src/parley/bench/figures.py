@@ -39,12 +39,58 @@ class Profile:
     load_seconds: float  # figures 2 and 8
     memory_streams: int  # figure 7
     local_tokens: int  # figure 13
+    agent_tool_counts: tuple[int, ...] = (1, 4, 16, 64)  # figure 9: parallel tools per step
+    agent_turns: int = 20  # turns per tool count
+    agent_steps: int = 3  # tool steps per turn (figures 9 and 10)
+    agent_tool_ms: float = 200.0
+    db_histories: tuple[int, ...] = (10, 100, 500, 2000)  # figure 10: messages
+    db_turns: int = 10  # turns per history length
+    db_tokens: int = 500  # deltas in the final answer
+    db_paced_seconds: float = 1.5  # the final answer streamed over this long, once
 
 
 FULL = Profile(
-    "full", 300, 6, 50, 5.0, (60, 120, 240, 360, 480), 100, (1, 4, 8, 16, 32), 3.0, 5.0, 1000, 64
+    "full",
+    300,
+    6,
+    50,
+    5.0,
+    (60, 120, 240, 360, 480),
+    100,
+    (1, 4, 8, 16, 32),
+    3.0,
+    5.0,
+    1000,
+    64,
+    agent_tool_counts=(1, 4, 16, 64),
+    agent_turns=20,
+    agent_steps=3,
+    agent_tool_ms=200.0,
+    db_histories=(10, 100, 500, 2000),
+    db_turns=10,
+    db_tokens=500,
+    db_paced_seconds=1.5,
 )
-SMOKE = Profile("smoke", 10, 1, 5, 0.5, (4,), 5, (2,), 0.3, 0.5, 20, 4)
+SMOKE = Profile(
+    "smoke",
+    10,
+    1,
+    5,
+    0.5,
+    (4,),
+    5,
+    (2,),
+    0.3,
+    0.5,
+    20,
+    4,
+    agent_turns=1,
+    agent_steps=2,
+    db_histories=(10, 200),
+    db_turns=2,
+    db_tokens=100,
+    db_paced_seconds=0.3,
+)
 
 
 def ms(seconds: float) -> float:

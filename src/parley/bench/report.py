@@ -183,6 +183,7 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
             _verdict(ok8),
         )
     )
+    out += _engine_rows(f)
     local = f.get("13_local_model")
     if local:
         out.append(
@@ -199,6 +200,241 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     return out
 
 
+# --- figures 9 and 10: the agent engine, in-process -------------------------------------
+
+PHASE_TARGET = {64: 1.15}
+"""Tool phase over the tools' own time: at most 1.05x up to 16 tools, 1.15x at 64."""
+OVERHEAD_TARGET_MS = 0.5
+STATEMENTS_TARGET = 4
+FLAT_TARGET = 1.25
+"""Largest history's step write over the smallest's, for "flat"."""
+
+
+def _phase_ok(level: dict[str, Any]) -> bool | None:
+    p90 = _get(level, "tool_phase_ratio", "p90")
+    if p90 is None:
+        return None
+    return bool(p90 <= PHASE_TARGET.get(level["tools"], 1.05))
+
+
+def _overhead(level: dict[str, Any]) -> float | None:
+    value = _get(level, "turn_overhead_ms_per_step", "median")
+    return None if value is None else float(value)
+
+
+def _all(values: list[bool | None]) -> bool | None:
+    return None if not values or None in values else all(values)
+
+
+def _engine_verdicts(f: dict[str, Any]) -> dict[str, bool | None]:
+    """met (True) / missed (False) / not measured (None) for each target of 9 and 10."""
+    nine = f.get("9_agent_steps") or {}
+    ten = f.get("10_database_per_turn") or {}
+    levels10 = ten.get("levels") or []
+    tokens = ten.get("tokens") or {}
+
+    def overhead_ok(kind: str) -> bool | None:
+        values = [_overhead(level) for level in nine.get(kind) or []]
+        return _all([None if v is None else v <= OVERHEAD_TARGET_MS for v in values])
+
+    flat = ten.get("step_write_isolated_ratio_last_vs_first")
+    return {
+        "9_tool_phase": _all([_phase_ok(level) for level in nine.get("levels") or []]),
+        "9_overhead_warm": overhead_ok("engine_only"),
+        "9_overhead_after_tools": overhead_ok("levels"),
+        "10_transactions": _all([lv["transactions_per_step"] == 1 for lv in levels10]),
+        "10_statements": _all([lv["statements_per_step"] <= STATEMENTS_TARGET for lv in levels10]),
+        "10_no_per_token_writes": None
+        if "per_token_writes" not in tokens
+        else not tokens["per_token_writes"],
+        "10_flat_writes": None
+        if flat is None or not levels10
+        else bool(flat <= FLAT_TARGET and ten.get("same_work_at_every_length")),
+        "10_flat_engine": None
+        if ten.get("engine_ratio_last_vs_first") is None
+        else ten["engine_ratio_last_vs_first"] <= FLAT_TARGET,
+    }
+
+
+def _series(levels: list[dict[str, Any]], pick: Any) -> str:
+    return " / ".join(_fmt(pick(level)) for level in levels)
+
+
+def _engine_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    nine = f.get("9_agent_steps")
+    ten = f.get("10_database_per_turn")
+    verdicts = _engine_verdicts(f)
+    out: list[tuple[str, str, str, str, str, str]] = []
+    if nine:
+        counts = " / ".join(str(level["tools"]) for level in nine["levels"])
+        ms = nine["tool_ms"]
+        out.append(
+            (
+                f"9. agent step, N parallel {ms:g} ms tools: tool phase / {ms:g} ms, p90 "
+                f"(N = {counts})",
+                _series(nine["levels"], lambda lv: _get(lv, "tool_phase_ratio", "p90")) + "x",
+                "-",
+                "-",
+                "<= 1.05x to N = 16, <= 1.15x at 64",
+                _verdict(verdicts["9_tool_phase"]),
+            )
+        )
+        out.append(
+            (
+                f"9b. loop overhead per step, warm (0 ms tools; N = {counts}; median)",
+                _series(nine["engine_only"], _overhead) + " ms",
+                "-",
+                "-",
+                "<= 0.5 ms (LangGraph 0.65 ms)",
+                _verdict(verdicts["9_overhead_warm"]),
+            )
+        )
+        out.append(
+            (
+                f"9c. loop overhead per step right after {ms:g} ms tools (N = {counts}; median)",
+                _series(nine["levels"], _overhead) + " ms",
+                "-",
+                "-",
+                "<= 0.5 ms",
+                _verdict(verdicts["9_overhead_after_tools"]),
+            )
+        )
+    if ten:
+        levels = ten["levels"]
+        sizes = f"{levels[0]['messages']:,} to {levels[-1]['messages']:,} messages"
+        tokens = ten.get("tokens") or {}
+        per_token = "none" if tokens.get("per_token_writes") is False else "**some**"
+        out.append(
+            (
+                f"10. database per step: transactions / statements ({sizes})",
+                f"{_fmt(max(lv['transactions_per_step'] for lv in levels))} / "
+                f"{_fmt(max(lv['statements_per_step'] for lv in levels))} "
+                f"({_fmt(max(lv['data_statements_per_step'] for lv in levels))} without "
+                "BEGIN/COMMIT)",
+                "-",
+                "-",
+                "1 / <= 4",
+                _verdict(_all([verdicts["10_transactions"], verdicts["10_statements"]])),
+            )
+        )
+        out.append(
+            (
+                "10b. per-token writes; step write, largest vs smallest history "
+                "(alone / in the turn)",
+                f"{per_token}; {_fmt(ten.get('step_write_isolated_ratio_last_vs_first'))}x / "
+                f"{_fmt(ten.get('step_write_ratio_last_vs_first'))}x",
+                "-",
+                "-",
+                f"none; flat (<= {FLAT_TARGET}x)",
+                _verdict(_all([verdicts["10_no_per_token_writes"], verdicts["10_flat_writes"]])),
+            )
+        )
+        out.append(
+            (
+                "10c. engine time per step (not the database), largest vs smallest history",
+                f"{_fmt(_get(levels[-1], 'engine_ms_per_step_without_db', 'median'))} vs "
+                f"{_fmt(_get(levels[0], 'engine_ms_per_step_without_db', 'median'))} ms "
+                f"({_fmt(ten.get('engine_ratio_last_vs_first'))}x)",
+                "-",
+                "-",
+                f"flat (<= {FLAT_TARGET}x)",
+                _verdict(verdicts["10_flat_engine"]),
+            )
+        )
+    return out
+
+
+def engine_markdown(report: dict[str, Any]) -> list[str]:
+    """The detail of figures 9 and 10 (empty when they were not measured)."""
+    f = report["figures"]
+    nine = f.get("9_agent_steps")
+    ten = f.get("10_database_per_turn")
+    lines: list[str] = []
+    if nine:
+        ms = nine["tool_ms"]
+        penalty = nine.get("idle_penalty") or {}
+        lines += [
+            "",
+            "### 9. Agent step with N parallel tools (in-process engine)",
+            "",
+            "Peer anchor: LangGraph, 0.65 ms of engine cost per step.",
+            "",
+            f"{nine['turns']} turns of {nine['steps_per_turn']} steps per N; {nine['method']}. "
+            "Overhead per step = (turn wall time - tool phases - model time) / steps: the "
+            "turn's first and last writes and the final answer's step are charged to its "
+            "tool steps. In-loop = one step alone (thinking to thinking, minus its tool "
+            "phase and model time); commit = the step's SQLite write, included in both. "
+            f"The same fixed work runs {_fmt(penalty.get('ratio'))}x slower right after a "
+            f"{ms:g} ms idle wait than back to back on this machine "
+            f"({_fmt(penalty.get('after_idle_ms'))} vs {_fmt(penalty.get('warm_ms'))} ms).",
+            "",
+            f"| N | tool phase / {ms:g} ms (median / p90) | engine in tool phase | "
+            "overhead/step (median / p90) | in-loop | commit | warm overhead/step "
+            "(0 ms tools) | warm in-loop | warm commit |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        warm = {lv["tools"]: lv for lv in nine.get("engine_only") or []}
+        for lv in nine["levels"]:
+            w = warm.get(lv["tools"], {})
+            lines.append(
+                f"| {lv['tools']} | {_fmt(_get(lv, 'tool_phase_ratio', 'median'))} / "
+                f"{_fmt(_get(lv, 'tool_phase_ratio', 'p90'))}x | "
+                f"{_fmt(_get(lv, 'phase_engine_ms', 'median'))} ms | "
+                f"{_fmt(_overhead(lv))} / "
+                f"{_fmt(_get(lv, 'turn_overhead_ms_per_step', 'p90'))} ms | "
+                f"{_fmt(_get(lv, 'step_overhead_ms', 'median'))} ms | "
+                f"{_fmt(_get(lv, 'step_commit_ms', 'median'))} ms | "
+                f"{_fmt(_overhead(w))} / {_fmt(_get(w, 'turn_overhead_ms_per_step', 'p90'))} ms | "
+                f"{_fmt(_get(w, 'step_overhead_ms', 'median'))} ms | "
+                f"{_fmt(_get(w, 'step_commit_ms', 'median'))} ms |"
+            )
+    if ten:
+        lines += [
+            "",
+            "### 10. Database work per turn as the conversation grows",
+            "",
+            "Peer anchor: Open WebUI rewrote the whole chat per message (200 transactions "
+            "per save).",
+            "",
+            f"Turns of {ten['steps_per_turn']} tool steps and a final answer of "
+            f"{ten['final_answer_deltas']} deltas; {ten['method']}. Statements per step "
+            'count BEGIN IMMEDIATE and COMMIT. The step write "alone" is the same write '
+            "back to back; in the turn it follows the engine's per-step work. The turn-start "
+            "read loads the branch, which the model needs: it grows with the history.",
+            "",
+            "| messages | transactions/step | statements/step (data) | write transactions "
+            "/turn | step write, in turn / alone | turn-start read | engine/step without DB |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for lv in ten["levels"]:
+            lines.append(
+                f"| {lv['messages']:,} | {_fmt(lv['transactions_per_step'])} | "
+                f"{_fmt(lv['statements_per_step'])} ({_fmt(lv['data_statements_per_step'])}) | "
+                f"{lv['write_transactions_per_turn']} | "
+                f"{_fmt(_get(lv, 'step_write_ms', 'median'))} / "
+                f"{_fmt(_get(lv, 'step_write_isolated_ms', 'median'))} ms | "
+                f"{_fmt(_get(lv, 'turn_start_read_ms', 'median'))} ms | "
+                f"{_fmt(_get(lv, 'engine_ms_per_step_without_db', 'median'))} ms |"
+            )
+        tokens = ten.get("tokens") or {}
+        few, many, paced = tokens.get("few"), tokens.get("many"), tokens.get("many_paced")
+        if few and many:
+            line = (
+                f"Final answer of {few['deltas']} vs {many['deltas']} deltas: "
+                f"{few['write_transactions']} vs {many['write_transactions']} write "
+                "transactions per turn"
+            )
+            if paced:
+                line += (
+                    f"; {paced['deltas']} deltas over {_fmt(paced['final_answer_seconds'])} s: "
+                    f"{paced['write_transactions']} ({paced['timed_checkpoints']} timed "
+                    f"checkpoint, at most {tokens.get('paced_checkpoints_allowed')} allowed at "
+                    f"one per {_fmt(tokens.get('checkpoint_seconds'))} s)"
+                )
+            lines += ["", line + "."]
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Profile `{report['profile']}`, {report['started']}, {report['seconds']} s; "
@@ -210,6 +446,7 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     lines += [f"| {' | '.join(row)} |" for row in rows(report)]
+    lines += engine_markdown(report)
     versions = ", ".join(f"{k} {v}" for k, v in sorted(report["versions"].items()))
     lines += ["", f"Versions: {versions}."]
     for warning in report.get("warnings", []):

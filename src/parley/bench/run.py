@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from parley.bench import figures
+from parley.bench.agent import agent_steps, database_per_turn
 from parley.bench.figures import FULL, SMOKE, Profile
 from parley.bench.report import markdown, plots
 from parley.bench.rig import Rig, Service
@@ -182,6 +183,21 @@ async def run(profile: Profile, out: Path, *, litellm: bool, litellm_venv: Path)
             results["13_local_model"] = local
     finally:
         rig.stop()
+    # Engine figures, in this process, once the servers are gone (nothing competes).
+    results = report["figures"]
+    results["9_agent_steps"] = await agent_steps(
+        profile.agent_tool_counts,
+        turns=profile.agent_turns,
+        steps=profile.agent_steps,
+        tool_ms=profile.agent_tool_ms,
+    )
+    results["10_database_per_turn"] = await database_per_turn(
+        profile.db_histories,
+        turns=profile.db_turns,
+        steps=profile.agent_steps,
+        tokens=profile.db_tokens,
+        paced_seconds=profile.db_paced_seconds,
+    )
     report["seconds"] = round(time.time() - started, 1)
     report["warnings"] = rig.warnings + _rig_limits(report)
     write(report, out)

@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.turn import TurnState
 from parley.errors import NotFound, Overloaded, ParleyError, ProviderError
-from parley.events import FINISH_REASONS, Done, Event, StepDone, StreamError
+from parley.events import FINISH_REASONS, Done, Event, Restart, Status, StepDone, StreamError
 from parley.messages import MessageStatus, Part
 from parley.providers.registry import ResolvedModel
 from parley.store.repository import ConversationStore, NewMessage
@@ -141,22 +141,30 @@ class Generation:
         done: Done | None = None
         error: ParleyError | None = None
         try:
-            async for event in self._agent.run(self._request, turn):
-                if isinstance(event, Done):
-                    done = event
-                    break
-                if not saved_ok:
-                    await asyncio.shield(saved)  # raises if the turn could not be saved
-                    saved_ok = True
-                if isinstance(event, StepDone):
-                    await self._commit_step()
-                    last_checkpoint = time.monotonic()
-                    continue
-                await self._emit(event)
-                now = time.monotonic()
-                if now - last_checkpoint >= self._checkpoint_seconds and self._checkpoint is None:
-                    last_checkpoint = now
-                    self._checkpoint = asyncio.create_task(self._save_checkpoint())
+            events = self._agent.run(self._request, turn)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if isinstance(event, Done):
+                        done = event
+                        break
+                    if not saved_ok:
+                        if isinstance(event, Status | Restart):
+                            await self._emit(event)  # shown to nobody yet: no need to wait
+                            continue
+                        await asyncio.shield(saved)  # raises if the turn could not be saved
+                        saved_ok = True
+                    if isinstance(event, StepDone):
+                        await self._commit_step()
+                        last_checkpoint = time.monotonic()
+                        continue
+                    await self._emit(event)
+                    now = time.monotonic()
+                    if (
+                        now - last_checkpoint >= self._checkpoint_seconds
+                        and self._checkpoint is None
+                    ):
+                        last_checkpoint = now
+                        self._checkpoint = asyncio.create_task(self._save_checkpoint())
             if done is None:
                 raise ProviderError(
                     "the agent loop ended without finishing",
@@ -179,7 +187,11 @@ class Generation:
         except Exception as exc:  # a bug must not leave the row streaming
             log.exception("generation %s crashed", self.message_id)
             error = ParleyError(f"internal error during generation: {type(exc).__name__}")
-        if error is not None:
+        if error is None and turn.stop is not None and turn.stop.code == "shutdown":
+            # stopped between steps by a shutdown: unfinished work, and the client is told
+            error = Overloaded("the server is shutting down; try again shortly", retry_after=5)
+            await self._close(saved, "interrupted", error, StreamError(error))
+        elif error is not None:
             status: MessageStatus = "incomplete" if turn.has_output else "failed"
             await self._close(saved, status, error, StreamError(error))
         else:
@@ -243,11 +255,17 @@ class Generation:
             raise Overloaded("the database is busy; try again", retry_after=1) from None
 
     async def _commit_step(self) -> None:
-        """A finished step is written before the next starts (tool results are safe)."""
+        """A finished step is written before the next starts (tool results are safe).
+
+        A failed write does not end the turn: the next write (a checkpoint or the final
+        one, which is retried) carries the same parts."""
         if self._checkpoint is not None:
             await self._checkpoint
         if self._record is not None:
-            await self._store.checkpoint(self.message_id, self.turn.parts())
+            try:
+                await self._store.checkpoint(self.message_id, self.turn.parts())
+            except SQLAlchemyError as exc:
+                log.warning("step commit of %s failed: %s", self.message_id, exc)
 
     async def _save_checkpoint(self) -> None:
         try:
@@ -284,7 +302,7 @@ class Generation:
                     self.message_id,
                     parts=parts,
                     status=status,
-                    model=self.model.public_name,
+                    model=turn.answered_by or self.model.public_name,
                     usage=usage,
                     finish_reason=FINISH_REASONS[reason]
                     if reason and status == "complete"

@@ -123,16 +123,14 @@ class ConversationService:
             await asyncio.shield(self._shutdown_task)
 
     async def _end_running(self, grace_seconds: float) -> None:
-        running = list(self._running)
-        if not running:
-            return
-        _, pending = await asyncio.wait(
-            [asyncio.ensure_future(g.wait()) for g in running], timeout=grace_seconds
-        )
-        for generation in running:
+        running = [asyncio.ensure_future(g.wait()) for g in self._running]
+        if running:
+            await asyncio.wait(running, timeout=grace_seconds)
+        left = list(self._running)  # including any started during the grace period
+        for generation in left:
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
-        if pending:
-            await asyncio.wait(pending, timeout=5)
+        if left:
+            await asyncio.wait([asyncio.ensure_future(g.wait()) for g in left], timeout=5)
 
     async def prepare(self, turn: ChatTurn) -> Generation:
         """Check the turn, resolve its model and history; nothing is written yet.
@@ -213,14 +211,16 @@ class ConversationService:
 
     def _server_tools(self, turn: ChatTurn) -> tuple[str, ...]:
         """The request's server tools, then the configured defaults (each once)."""
-        names = list(dict.fromkeys((*turn.server_tools, *self._settings.tools.default_tools)))
-        known = [name for name in names if name in self._tools]
-        clash = {spec.name for spec in turn.tools} & set(known)
+        client = {spec.name for spec in turn.tools}
+        clash = client & set(turn.server_tools)
         if clash:
             raise InvalidRequest(
                 f"client tool names clash with server tools: {sorted(clash)}", param="tools"
             )
-        return tuple(known)
+        # a configured default gives way to a client tool of the same name
+        defaults = [n for n in self._settings.tools.default_tools if n not in client]
+        names = dict.fromkeys((*turn.server_tools, *defaults))
+        return tuple(name for name in names if name in self._tools)
 
     def _fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
         found: list[ResolvedModel] = []
@@ -236,6 +236,9 @@ class ConversationService:
         generation.start(sink, cancel_when_gone=self._settings.server.on_disconnect == "cancel")
         self._running.add(generation)
         generation.on_finished(self._running.discard)
+        if self._shutdown_task is not None and self._shutdown_task.done():
+            # prepared before the shutdown began, started after its grace ran out
+            generation.abort(Overloaded("the server is shutting down", retry_after=5))
 
     async def _continue(
         self, turn: ChatTurn

@@ -24,7 +24,7 @@ from parley.events import (
     ToolCallDelta,
     UsageEvent,
 )
-from parley.messages import ImagePart, Message, TextPart, ToolCallPart, Usage
+from parley.messages import STEP_SEPARATOR, ImagePart, Message, TextPart, ToolCallPart, Usage
 from parley.providers.http import (
     error_from_response,
     provider_timeout,
@@ -266,7 +266,9 @@ def to_openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 def _flush_step(out: list[dict[str, Any]], text: list[str], calls: list[ToolCallPart]) -> None:
     if not text and not calls:
         return
-    entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
+    # several text parts in one step: the loop's own notes after the model's text
+    content = STEP_SEPARATOR.join(t for t in text if t) if text else None
+    entry: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         entry["tool_calls"] = [
             {
