@@ -10,7 +10,7 @@ What does not belong here: wire formats (``api/``, ``providers/``), persistence
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
@@ -64,8 +64,12 @@ class ToolCallPart:
     approval_reason: str | None = None
     kind: Literal["tool_call"] = "tool_call"
 
-    def answered(self, result: ToolResult) -> ToolCallPart:
-        return replace(self, result=result)
+    def answered(self, result: ToolResult | None) -> ToolCallPart:
+        """This call with ``result`` (None: unanswered). Built directly, not with
+        ``dataclasses.replace``: it runs for every call of every step."""
+        return ToolCallPart(
+            self.id, self.name, self.arguments, result, self.approval, self.approval_reason
+        )
 
 
 @dataclass(frozen=True, slots=True)

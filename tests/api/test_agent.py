@@ -40,9 +40,10 @@ def agent_server(
 
 
 @pytest.fixture
-def agent(agent_server: ParleyServer, upstream: MockOpenAI) -> openai.OpenAI:
+def agent(agent_server: ParleyServer, upstream: MockOpenAI) -> Iterator[openai.OpenAI]:
     upstream.reset()
-    return openai.OpenAI(base_url=f"{agent_server.url}/v1", api_key="sk-x", max_retries=0)
+    with openai.OpenAI(base_url=f"{agent_server.url}/v1", api_key="sk-x", max_retries=0) as c:
+        yield c
 
 
 def extras(chunk_: Any) -> dict[str, Any]:
@@ -317,8 +318,10 @@ def test_silent_upstream_hits_the_deadlines(upstream: MockOpenAI, tmp_path: Path
             "between_chunks_seconds": 0.5,
         },
     )
-    with ParleyServer(tmp_path / "data", config) as server:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+    with (
+        ParleyServer(tmp_path / "data", config) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0) as client,
+    ):
         closed = upstream.connections_closed
         upstream.queue(Reply(frames=text_frames(["late"]), first_delay=5))
         began = time.monotonic()
@@ -349,6 +352,7 @@ def test_silent_upstream_hits_the_deadlines(upstream: MockOpenAI, tmp_path: Path
 
         with pytest.raises(openai.APIError) as stalled:
             read()
+        stream.close()
         assert "between chunks" in str(stalled.value)
         rows = db_rows(
             server.db_path,

@@ -26,6 +26,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from parley.agent.budget import Budget
@@ -121,6 +122,9 @@ class AgentLoop:
             idle_iterations=settings.tools.idle_iterations,
         )
         session = _Session(request, active)
+        workspace = conversation_workspace(
+            settings.workspace_dir, request.owner, request.conversation_id or request.message_id
+        )
         passthrough = not request.server_tools
         if len(request.server_tools) > settings.tools.warn_active:
             log.warning("%d server tools in one request", len(request.server_tools))
@@ -146,8 +150,9 @@ class AgentLoop:
             calls = turn.step.tool_calls()
             if turn.stop_reason == "tool_use" and not calls:
                 turn.stop_reason = "end_turn"  # nothing callable came: the reply is the answer
-            mine = [] if passthrough else [c for c in calls if c.name not in request.client_tools]
-            theirs = [c for c in calls if c not in mine]
+            client_tools = request.client_tools
+            mine = [] if passthrough else [c for c in calls if c.name not in client_tools]
+            theirs = calls if passthrough else [c for c in calls if c.name in client_tools]
             if turn.stop_reason != "tool_use":
                 # calls of a reply cut short (max_tokens, content filter) never run
                 for call in mine:
@@ -175,7 +180,10 @@ class AgentLoop:
                 continue
             if mine:
                 tools = self._runner.run(
-                    mine, offered, lambda call: self._context(request, call, session), turn.record
+                    mine,
+                    offered,
+                    lambda call: self._context(request, call, session, workspace),
+                    turn.record,
                 )
                 async with aclosing(tools):
                     async for event in tools:
@@ -237,16 +245,14 @@ class AgentLoop:
             forwards_tool_calls=not request.server_tools,
         )
 
-    def _context(self, request: AgentRequest, call: ToolCallPart, session: _Session) -> ToolContext:
+    def _context(
+        self, request: AgentRequest, call: ToolCallPart, session: _Session, workspace: Path
+    ) -> ToolContext:
         return ToolContext(
             owner=request.owner,
             conversation_id=request.conversation_id,
             call_id=call.id,
-            workspace=conversation_workspace(
-                self._settings.workspace_dir,
-                request.owner,
-                request.conversation_id or request.message_id,
-            ),
+            workspace=workspace,
             settings=self._settings,
             store=self._store,
             session=session,

@@ -57,33 +57,76 @@ def first_token_seconds(settings: AgentSettings, input_tokens: int) -> float:
     )
 
 
+class _Watchdog:
+    """The deadlines of one stream with one timer, re-armed when it fires rather than
+    for every chunk (a chunk costs a float store). Only time spent waiting for the
+    upstream counts: a slow client holding up the reader is not the upstream's fault."""
+
+    def __init__(self, first: float, between: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.limit = first
+        self.between = between
+        self.got_first = False
+        self.waiting_since: float | None = None
+        self._timeout: asyncio.Timeout | None = None
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, timeout: asyncio.Timeout) -> None:
+        self._timeout = timeout
+        self._handle = self.loop.call_at(self.loop.time() + self.limit, self._check)
+
+    def received(self) -> None:
+        self.waiting_since = None
+        if not self.got_first:
+            self.got_first = True
+            self.limit = self.between
+            if self._handle is not None:  # the first-token timer may be due much later
+                self._handle.cancel()
+                self._handle = self.loop.call_at(self.loop.time() + self.limit, self._check)
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        since = self.waiting_since
+        if since is not None and now - since >= self.limit and self._timeout is not None:
+            self._timeout.reschedule(now)  # expire now: the pending read is cancelled
+            return
+        due = since + self.limit if since is not None else now + self.limit
+        self._handle = self.loop.call_at(max(due, now + 0.001), self._check)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
 async def with_deadlines(
     events: AsyncIterator[Event], *, first: float, between: float, provider: str
 ) -> AsyncGenerator[Event]:
     """Pass ``events`` on, failing when the first or any later one is late."""
-    timeout = first
-    got_first = False
+    watch = _Watchdog(first, between)
+    loop = watch.loop
     try:
-        while True:
-            try:
-                async with asyncio.timeout(timeout):
+        async with asyncio.timeout(None) as timeout:
+            watch.start(timeout)
+            while True:
+                watch.waiting_since = loop.time()
+                try:
                     event = await anext(events)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                what = "between chunks" if got_first else "before the first token"
-                error = ProviderError(
-                    f"upstream {provider!r} sent nothing for {timeout:g} s {what}",
-                    provider=provider,
-                    retryable=not got_first,
-                    code="upstream_timeout",
-                )
-                error.status = 504
-                raise error from None
-            got_first = True
-            timeout = between
-            yield event
+                except StopAsyncIteration:
+                    return
+                watch.received()
+                yield event
+    except TimeoutError:
+        what = "between chunks" if watch.got_first else "before the first token"
+        error = ProviderError(
+            f"upstream {provider!r} sent nothing for {watch.limit:g} s {what}",
+            provider=provider,
+            retryable=not watch.got_first,
+            code="upstream_timeout",
+        )
+        error.status = 504
+        raise error from None
     finally:
+        watch.stop()
         close = getattr(events, "aclose", None)
         if close is not None:
             with contextlib.suppress(Exception):

@@ -361,6 +361,13 @@ def normalize_tool_call_ids(
         end = block_end(entries, index)
         block = _results(entries, index, end)
         new_ids = [_unique(safe_tool_id(c.id, limit), used, limit) for c in calls]
+        if new_ids == [c.id for c in calls] and all(
+            r.call_id == safe_tool_id(r.call_id, limit) for r in block
+        ):
+            out.append(entry)  # the common case: nothing to rename
+            out.extend(block)
+            index = end
+            continue
         renamed = iter(new_ids)
         parts = tuple(
             replace(p, id=next(renamed)) if isinstance(p, ToolCallPart) else p for p in entry.parts

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Collection
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -88,7 +87,7 @@ class ToolRunner:
                     else:
                         output, started_at, seconds = task.result()
                     result = ToolResult(output.content, output.is_error, started_at, seconds)
-                    on_result(replace(call, result=result))
+                    on_result(call.answered(result))
                     finished.add(call.id)
                     yield ToolFinished(
                         call.id, call.name, call.arguments, output.content, output.is_error, seconds
@@ -98,7 +97,7 @@ class ToolRunner:
                 task.cancel()
                 if call.id not in finished:
                     note = f"[Tool '{call.name}' was interrupted before it finished]"
-                    on_result(replace(call, result=ToolResult(note, is_error=True)))
+                    on_result(call.answered(ToolResult(note, is_error=True)))
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -49,9 +49,7 @@ def flatten(messages: Iterable[Message]) -> list[Entry]:
         if not calls:
             out.append(message)
             continue
-        parts = tuple(
-            replace(p, result=None) if isinstance(p, ToolCallPart) else p for p in message.parts
-        )
+        parts = tuple(p.answered(None) if isinstance(p, ToolCallPart) else p for p in message.parts)
         out.append(replace(message, parts=parts))
         out.extend(
             ToolResultEntry(c.id, c.result.content, c.result.is_error, c.name)
@@ -70,22 +68,35 @@ def fold(entries: Iterable[Entry]) -> list[Message]:
     """
     out: list[Message] = []
     owner: int | None = None  # index in ``out`` of the assistant whose results follow
+    waiting: dict[str, list[ToolResultEntry]] = {}  # its results so far, by call id
+
+    def attach() -> None:
+        if owner is None or not waiting:
+            return
+        message = out[owner]
+        parts = list(message.parts)
+        for index, part in enumerate(parts):
+            if isinstance(part, ToolCallPart) and part.result is None:
+                queue = waiting.get(part.id)
+                if queue:
+                    entry = queue.pop(0)
+                    parts[index] = part.answered(ToolResult(entry.content, entry.is_error))
+        for queue in waiting.values():
+            if queue:
+                raise ValueError(f"tool result {queue[0].call_id!r} matches no unanswered call")
+        out[owner] = replace(message, parts=tuple(parts))
+        waiting.clear()
+
     for entry in entries:
         if isinstance(entry, Message):
+            attach()
             out.append(entry)
             owner = len(out) - 1 if entry.role == "assistant" else None
             continue
         if owner is None:
             raise ValueError(f"tool result {entry.call_id!r} does not follow an assistant message")
-        message = out[owner]
-        parts = list(message.parts)
-        for index, part in enumerate(parts):
-            if isinstance(part, ToolCallPart) and part.id == entry.call_id and part.result is None:
-                parts[index] = part.answered(ToolResult(entry.content, entry.is_error))
-                break
-        else:
-            raise ValueError(f"tool result {entry.call_id!r} matches no unanswered call")
-        out[owner] = replace(message, parts=tuple(parts))
+        waiting.setdefault(entry.call_id, []).append(entry)
+    attach()
     return out
 
 
@@ -115,6 +126,12 @@ def pair_results(
     Results are matched by id. An id called k times (once, normally) keeps the last k of
     its results, which answer its calls in order: "one per id, the last wins".
     """
+    if (
+        len(calls) == len(results)
+        and all(c.id == r.call_id for c, r in zip(calls, results, strict=True))
+        and len({c.id for c in calls}) == len(calls)
+    ):
+        return list(range(len(calls)))  # the common case: one result per call, in order
     wanted = Counter(c.id for c in calls)
     by_id: defaultdict[str, list[int]] = defaultdict(list)
     for index, result in enumerate(results):

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
@@ -41,6 +42,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from parley.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _json_text(value: object) -> str:
+    """JSON columns through orjson (UTF-8 kept as is; older rows may hold ``\\u`` escapes,
+    which every reader decodes the same)."""
+    return orjson.dumps(value).decode()
+
+
 LOCK_WAIT_MS = 20
 """How long one write attempt on the event loop may wait for SQLite's lock."""
 LOCK_RETRY_SECONDS = 0.05
@@ -61,7 +70,13 @@ class Database:
             self._sync = _sqlite_engine(settings)
             self._readers = ThreadPoolExecutor(4, thread_name_prefix="parley-db-read")
         else:
-            self._async = create_async_engine(url, echo=settings.database.echo, pool_pre_ping=True)
+            self._async = create_async_engine(
+                url,
+                echo=settings.database.echo,
+                pool_pre_ping=True,
+                json_serializer=_json_text,
+                json_deserializer=orjson.loads,
+            )
 
     async def write(self, transaction: Callable[[Connection], T]) -> T:
         """Run ``transaction`` in one write transaction and commit it.
@@ -180,6 +195,8 @@ def _sqlite_engine(settings: Settings) -> Engine:
     engine = create_engine(
         url,
         echo=settings.database.echo,
+        json_serializer=_json_text,
+        json_deserializer=orjson.loads,
         connect_args={"check_same_thread": False, "timeout": 30},
         pool_size=8,
     )
