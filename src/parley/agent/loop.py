@@ -5,7 +5,7 @@
         if stop: end the turn with it          #   tokens, cost
         iteration += 1; status "thinking"
         offered = tools.begin_iteration()     # housekeeping: the active-tool LRU
-        messages = repair(history + turn)     # the seven repair steps
+        messages = repair(history + turn)     # the seven repair steps (history checked once)
         stream the model call                 # retries, fallback, deadlines
         decide on the stop reason:
             end_turn / stop_sequence / max_tokens -> done
@@ -32,9 +32,10 @@ from typing import Any
 from parley.agent.budget import Budget
 from parley.agent.loop_detector import LoopDetector
 from parley.agent.model_call import CallPlan, ModelCall
-from parley.agent.repair import estimate_tokens, repair_messages, rules_for
+from parley.agent.repair import rules_for
 from parley.agent.tool_runner import ToolRunner
 from parley.agent.turn import Stop, TurnState
+from parley.agent.turn_repair import TurnRepair
 from parley.events import (
     Done,
     Event,
@@ -129,6 +130,7 @@ class AgentLoop:
         if len(request.server_tools) > settings.tools.warn_active:
             log.warning("%d server tools in one request", len(request.server_tools))
         shown = _Shown()
+        repair = TurnRepair(request.history, settings.agent.repair)  # the history, checked once
         while True:
             stop = budget.check(turn)
             if stop is not None:
@@ -139,7 +141,7 @@ class AgentLoop:
             active.begin_iteration(budget.iterations)
             yield Status("thinking", str(budget.iterations))
             offered = session.offered = active.offered()
-            plan = self._plan(request, turn, offered, budget.iterations)
+            plan = self._plan(request, turn, offered, budget.iterations, repair)
             shown.begin_step(separate=turn.has_text)
             async with aclosing(self._model_call.run(plan, turn)) as events:
                 async for event in events:
@@ -209,12 +211,14 @@ class AgentLoop:
         yield TextDelta(text)
 
     def _plan(
-        self, request: AgentRequest, turn: TurnState, offered: list[str], iteration: int
+        self,
+        request: AgentRequest,
+        turn: TurnState,
+        offered: list[str],
+        iteration: int,
+        repair: TurnRepair,
     ) -> CallPlan:
-        repair = self._settings.agent.repair
-        context = (*request.history, Message("assistant", turn.parts()))
-        if not turn.committed:
-            context = request.history
+        own = Message("assistant", turn.parts()) if turn.committed else None
         specs = [spec for name in offered if (spec := self._tools.spec(name)) is not None]
         template = request.template
         tools = (*template.tools, *specs)
@@ -223,11 +227,8 @@ class AgentLoop:
             choice = "auto"  # forcing a call again every step would never let the turn end
 
         def request_for(model: ResolvedModel) -> ModelRequest:
-            messages = repair_messages(
-                context,
-                context_tokens=model.context_tokens,
-                settings=repair,
-                rules=rules_for(model.kind),
+            messages = repair.messages(
+                own, context_tokens=model.context_tokens, rules=rules_for(model.kind)
             )
             return replace(
                 template,
@@ -240,7 +241,7 @@ class AgentLoop:
         return CallPlan(
             models=request.models,
             request_for=request_for,
-            input_tokens=estimate_tokens(context),
+            input_tokens=repair.tokens(own),
             incremental=template.incremental,
             forwards_tool_calls=not request.server_tools,
         )
