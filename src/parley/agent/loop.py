@@ -145,6 +145,10 @@ class AgentLoop:
             shown.begin_step(separate=turn.has_text)
             async with aclosing(self._model_call.run(plan, turn)) as events:
                 async for event in events:
+                    if event.__class__ is TextDelta and shown.plain:
+                        shown.count(event)  # the common case, once per chunk
+                        yield event
+                        continue
                     if isinstance(event, ToolCallDelta) and not passthrough:
                         continue  # decided once the step's calls are complete
                     for out in shown.pass_on(event):
@@ -303,6 +307,15 @@ class _Shown:
         self._step_start = self.content_chars
         self._separate = self._separate_at_start = separate
         self._attempt_shown = False
+
+    @property
+    def plain(self) -> bool:
+        """Text goes on as it is (no step separator is due)."""
+        return not self._separate
+
+    def count(self, event: TextDelta) -> None:
+        self.content_chars += len(event.text)
+        self._attempt_shown = True
 
     def pass_on(self, event: Event, *, note: bool = False) -> list[Event]:
         if isinstance(event, Restart):

@@ -184,6 +184,11 @@ class ModelCall:
                     think = ThinkTagReader()
                     async with contextlib.aclosing(events):
                         async for raw in events:
+                            if raw.__class__ is TextDelta and think.passes_through:
+                                step.apply(raw)  # the common case, once per chunk
+                                answered = answered or plan.incremental
+                                yield raw
+                                continue
                             if isinstance(raw, TextDelta):
                                 pieces: list[Event] = [*think.feed(raw.text)]
                             elif isinstance(raw, Done):

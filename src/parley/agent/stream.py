@@ -154,6 +154,11 @@ class ThinkTagReader:
         self._settled = False  # past the point where an opening tag could appear
         self._after = False  # just closed: drop the blank lines that follow the tag
 
+    @property
+    def passes_through(self) -> bool:
+        """Past any tag: text now goes on unchanged (the fast path for every chunk)."""
+        return self._settled and not (self._inside or self._after or self._held)
+
     def feed(self, text: str) -> list[TextDelta | ReasoningDelta]:
         out: list[TextDelta | ReasoningDelta] = []
         buffer = self._held + text
