@@ -814,3 +814,43 @@ async def test_workspaces_are_per_owner(make_world: MakeWorld) -> None:
         root, "bob", "team.notes"
     )
     assert conversation_workspace(root, "alice", "../x").parent.parent == root
+
+
+async def test_a_warned_step_still_hands_the_client_its_call(make_world: MakeWorld) -> None:
+    world = await make_world()
+    weather = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {}})
+    for i in range(2):
+        world.primary.queue(*call("echo", '{"text": "same"}', call_id=f"c{i}"))
+    world.primary.queue(
+        ToolCallDelta(0, "c2", "echo", '{"text": "same"}'),
+        ToolCallDelta(1, "k1", "get_weather", "{}"),
+        Done("tool_use"),
+    )
+    generation, events = await run(world, ask(client_tools=(weather,)))
+    assert world.tools.ran == ["echo:same"] * 2  # the third repeat was not run
+    deltas = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert [(d.index, d.name) for d in deltas] == [(0, "get_weather")]
+    assert isinstance(events[-1], Done)
+    assert events[-1].stop_reason == "tool_use"
+    assert [c.name for c in generation.turn.unanswered_calls()] == ["get_weather"]
+
+
+def test_every_model_request_field_is_carried_by_the_loop() -> None:
+    """``AgentLoop._plan`` builds each step's ModelRequest field by field (for speed):
+    a new field must be added there too."""
+    from dataclasses import fields
+
+    from parley.providers.protocol import ModelRequest
+
+    assert {f.name for f in fields(ModelRequest)} == {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "options",
+        "incremental",
+    }

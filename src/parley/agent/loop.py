@@ -26,6 +26,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,7 @@ class AgentLoop:
     async def run(self, request: AgentRequest, turn: TurnState) -> AsyncGenerator[Event]:
         settings = self._settings
         budget = Budget(settings.agent, self._shutting_down)
+        passthrough = not request.server_tools
         detector = LoopDetector.from_settings(settings.agent)
         active = ActiveTools(
             list(request.server_tools),
@@ -122,11 +124,7 @@ class AgentLoop:
             max_active=settings.tools.max_active,
             idle_iterations=settings.tools.idle_iterations,
         )
-        session = _Session(request, active)
-        workspace = conversation_workspace(
-            settings.workspace_dir, request.owner, request.conversation_id or request.message_id
-        )
-        passthrough = not request.server_tools
+        session = _Session(request, active, settings)
         if len(request.server_tools) > settings.tools.warn_active:
             log.warning("%d server tools in one request", len(request.server_tools))
         shown = _Shown()
@@ -138,9 +136,9 @@ class AgentLoop:
                     yield event
                 break
             budget.iterations += 1
-            active.begin_iteration(budget.iterations)
             yield Status("thinking", str(budget.iterations))
-            offered = session.offered = active.offered()
+            active.begin_iteration(budget.iterations)
+            offered = session.offered = active.offered() if not passthrough else []
             plan = self._plan(request, turn, offered, budget.iterations, repair)
             shown.begin_step(separate=turn.has_text)
             async with aclosing(self._model_call.run(plan, turn)) as events:
@@ -177,19 +175,14 @@ class AgentLoop:
                     turn.record(call.answered(ToolResult(text, is_error=True)))
                     yield ToolStarted(call.id, call.name, call.arguments)
                     yield ToolFinished(call.id, call.name, call.arguments, text, True, 0.0)
-                turn.commit_step()
                 if last:
+                    turn.commit_step()
                     async for event in self._stop(turn, LOOP_STOP):
                         yield event
                     break
-                yield StepDone(budget.iterations)
-                continue
-            if mine:
+            elif mine:
                 tools = self._runner.run(
-                    mine,
-                    offered,
-                    lambda call: self._context(request, call, session, workspace),
-                    turn.record,
+                    mine, offered, partial(self._context, request, session), turn.record
                 )
                 async with aclosing(tools):
                     async for event in tools:
@@ -234,12 +227,17 @@ class AgentLoop:
             messages = repair.messages(
                 own, context_tokens=model.context_tokens, rules=rules_for(model.kind)
             )
-            return replace(
-                template,
+            return ModelRequest(  # built directly: dataclasses.replace is slow per call
                 model=model.model,
                 messages=tuple(messages),
                 tools=tools,
                 tool_choice=choice if tools else None,
+                max_tokens=template.max_tokens,
+                temperature=template.temperature,
+                top_p=template.top_p,
+                stop=template.stop,
+                options=template.options,
+                incremental=template.incremental,
             )
 
         return CallPlan(
@@ -250,14 +248,12 @@ class AgentLoop:
             forwards_tool_calls=not request.server_tools,
         )
 
-    def _context(
-        self, request: AgentRequest, call: ToolCallPart, session: _Session, workspace: Path
-    ) -> ToolContext:
+    def _context(self, request: AgentRequest, session: _Session, call: ToolCallPart) -> ToolContext:
         return ToolContext(
             owner=request.owner,
             conversation_id=request.conversation_id,
             call_id=call.id,
-            workspace=workspace,
+            workspace=session.workspace,
             settings=self._settings,
             store=self._store,
             session=session,
@@ -271,10 +267,24 @@ class AgentLoop:
 class _Session:
     """What tools may ask of the running turn (``tools.protocol.Session``)."""
 
-    def __init__(self, request: AgentRequest, active: ActiveTools) -> None:
+    def __init__(self, request: AgentRequest, active: ActiveTools, settings: Settings) -> None:
         self._request = request
         self._active = active
+        self._settings = settings
+        self._workspace: Path | None = None
         self.offered: list[str] = []
+
+    @property
+    def workspace(self) -> Path:
+        """The conversation's folder, worked out on first use."""
+        if self._workspace is None:
+            request = self._request
+            self._workspace = conversation_workspace(
+                self._settings.workspace_dir,
+                request.owner,
+                request.conversation_id or request.message_id,
+            )
+        return self._workspace
 
     def activate(self, names: Sequence[str]) -> list[str]:
         return self._active.activate(names)

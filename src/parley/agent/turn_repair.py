@@ -36,6 +36,8 @@ from parley.settings import RepairSettings
 class _Check:
     clean: bool
     ids: frozenset[str] = frozenset()
+    results: bool = False
+    """Whether the history holds any tool result (else step 6 has nothing to do)."""
 
 
 _DIRTY = _Check(False)
@@ -69,7 +71,11 @@ class TurnRepair:
             # the turn's own message comes after the request, so step 6 leaves it alone
             if self._truncated is None:
                 limit = self._settings.old_tool_result_chars
-                self._truncated = truncate_old_results(self._history, limit)
+                self._truncated = (
+                    truncate_old_results(self._history, limit)
+                    if check.results
+                    else list(self._history)
+                )
             return [*self._truncated, own] if own is not None else list(self._truncated)
         messages = [*self._history, own] if own is not None else list(self._history)
         return repair_messages(
@@ -102,7 +108,7 @@ def _check(history: Sequence[Message], rules: ProviderRules) -> _Check:
             return _DIRTY
         if not has_content(message) or not _calls_clean(message, rules, ids):
             return _DIRTY
-    return _Check(True, frozenset(ids)) if started else _DIRTY
+    return _Check(True, frozenset(ids), bool(ids)) if started else _DIRTY
 
 
 def _own_clean(own: Message, rules: ProviderRules, history_ids: frozenset[str]) -> bool:

@@ -88,6 +88,8 @@ class PriceCatalog:
         self._prices: Mapping[str, ModelPrice] = MappingProxyType(prices)
         # Longest first, so the first key a name starts with is the longest such key.
         self._by_length = sorted(prices, key=len, reverse=True)
+        self._found: dict[str, ModelPrice | None] = {}
+        """Lookups already made (model names are few; this is asked once per call)."""
 
     @property
     def prices(self) -> Mapping[str, ModelPrice]:
@@ -96,6 +98,16 @@ class PriceCatalog:
 
     def price(self, model: str) -> ModelPrice | None:
         """The price of ``model``, or None when no entry matches."""
+        try:
+            return self._found[model]
+        except KeyError:
+            pass
+        found = self._lookup(model)
+        if len(self._found) < 10_000:  # bounded: names come from configuration and clients
+            self._found[model] = found
+        return found
+
+    def _lookup(self, model: str) -> ModelPrice | None:
         for name in _candidates(model):
             exact = self._prices.get(name)
             if exact is not None:
