@@ -854,3 +854,52 @@ def test_every_model_request_field_is_carried_by_the_loop() -> None:
         "options",
         "incremental",
     }
+
+
+async def test_deadline_expiring_as_a_chunk_arrives_does_not_cancel_the_consumer() -> None:
+    """The timer and the chunk in the same loop iteration: the chunk wins, and the
+    cancel the timer queued must not land in the consumer's next await."""
+    from parley.agent.model_call import with_deadlines
+
+    limit = 0.3
+
+    async def upstream() -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        yield TextDelta("a")
+        arrived = loop.create_future()
+        since = loop.time()
+        loop.call_at(since + limit - 0.02, arrived.set_result, None)
+        # the loop is busy (another request's work) across the deadline
+        loop.call_at(since + limit - 0.05, time.sleep, 0.1)
+        await arrived
+        yield TextDelta("b")
+        await asyncio.sleep(0.01)
+        yield TextDelta("c")
+
+    got: list[str] = []
+    async for event in with_deadlines(upstream(), first=5, between=limit, provider="p"):
+        assert isinstance(event, TextDelta)
+        got.append(event.text)
+        await asyncio.sleep(0.005)  # the sink: a client applying a little backpressure
+    assert got == ["a", "b", "c"]
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0
+
+
+async def test_tool_output_that_is_not_valid_unicode_is_stored(make_world: MakeWorld) -> None:
+    world = await make_world()
+    world.tools.registry.register(function_tool(name="listing")(odd_names))
+    world.primary.queue(*call("listing", "{}"))
+    world.primary.say("listed")
+    generation, events = await run(world, ask(tools=("listing",)))
+    assert isinstance(events[-1], Done)
+    reply = await stored_reply(world, generation)
+    assert reply.status == "complete"
+    result = next(p for p in reply.parts if isinstance(p, ToolCallPart)).result
+    assert result.content == "a\ufffd.txt"
+
+
+async def odd_names() -> str:
+    """A file name that was not UTF-8, as os.scandir reports it."""
+    return "a\udcff.txt"

@@ -66,3 +66,52 @@ def test_a_clean_history_takes_the_fast_path(monkeypatch) -> None:  # type: igno
         new = out[4].tool_calls[0].result
         assert new is not None
         assert new.content == "y" * 2000  # this turn's own result is whole
+
+
+def test_a_result_that_step_6_lengthens_still_triggers_trimming() -> None:
+    """801 characters become 800 plus the marker: a little longer than before."""
+    import math
+
+    from parley.agent.repair import estimate_tokens
+    from parley.messages import text_message as t
+
+    history = [
+        t("user", "a" * 400),
+        Message("assistant", (ToolCallPart("call_1", "search", "{}", ToolResult("r" * 801)),)),
+        t("user", "b"),
+        t("assistant", "c"),
+        t("user", "d"),
+        t("assistant", "e"),
+        t("user", "f"),
+    ]
+    window = math.ceil(
+        estimate_tokens(history) * SETTINGS.estimate_safety / SETTINGS.context_fraction
+    )
+    fast = TurnRepair(history, SETTINGS).messages(None, context_tokens=window, rules=OPENAI_RULES)
+    assert fast == full(history, window, OPENAI_RULES)
+    assert "[Conversation summary]" in fast[0].text
+
+
+def test_tool_timings_survive_repair_on_both_paths() -> None:
+    timed = ToolResult("x" * 900, False, 1_700_000_000.0, 0.25)
+    history = [
+        Message("user", (TextPart("hi"),)),
+        Message("assistant", (ToolCallPart("call_1", "search", "{}", timed),)),
+        Message("user", (TextPart("again"),)),
+    ]
+    own = Message("assistant", (ToolCallPart("call_2", "search", "{}", timed),))
+    fast = TurnRepair(history, SETTINGS).messages(own, context_tokens=None, rules=OPENAI_RULES)
+    assert fast == full([*history, own], None, OPENAI_RULES)
+    kept = fast[-1].tool_calls[0].result
+    assert kept is not None
+    assert (kept.started_at, kept.seconds) == (1_700_000_000.0, 0.25)
+
+
+def test_a_system_message_with_more_than_text_takes_the_full_path() -> None:
+    odd = Message(
+        "system",
+        (TextPart("rules"), ToolCallPart("call_9", "search", "{}", ToolResult("y" * 900))),
+    )
+    history = [odd, Message("user", (TextPart("hi"),)), Message("user", (TextPart("more"),))]
+    fast = TurnRepair(history, SETTINGS).messages(None, context_tokens=None, rules=OPENAI_RULES)
+    assert fast == full(history, None, OPENAI_RULES)

@@ -84,3 +84,14 @@ async def test_another_process_holding_the_lock_does_not_block_the_loop(
     ticking.cancel()
     assert time.monotonic() - started < 3
     assert await count(database) == 1
+
+
+def test_rows_written_by_the_standard_library_json_still_read() -> None:
+    """Older rows may hold what orjson refuses (an escaped lone surrogate); values
+    orjson cannot write are written the old way."""
+    from parley.store.database import _json_text, _json_value
+
+    assert _json_value('{"t": "\\udcff"}') == {"t": "\udcff"}
+    assert _json_value(_json_text({"t": "\udcff"})) == {"t": "\udcff"}
+    assert _json_value(_json_text({"n": 2**70})) == {"n": 2**70}
+    assert _json_text({"t": "é"}) == '{"t":"é"}'

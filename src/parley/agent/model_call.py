@@ -67,6 +67,7 @@ class _Watchdog:
         self.limit = first
         self.between = between
         self.got_first = False
+        self.fired = False
         self.waiting_since: float | None = None
         self._timeout: asyncio.Timeout | None = None
         self._handle: asyncio.TimerHandle | None = None
@@ -77,6 +78,14 @@ class _Watchdog:
 
     def received(self) -> None:
         self.waiting_since = None
+        if self.fired:
+            # The deadline expired in the same loop iteration that this event arrived:
+            # the cancel it queued has not run yet. Drop it (it would land in whatever
+            # the consumer awaits next) and keep watching.
+            self.fired = False
+            if self._timeout is not None:
+                self._timeout.reschedule(None)
+            self._handle = self.loop.call_at(self.loop.time() + self.between, self._check)
         if not self.got_first:
             self.got_first = True
             self.limit = self.between
@@ -89,6 +98,7 @@ class _Watchdog:
         since = self.waiting_since
         if since is not None and now - since >= self.limit and self._timeout is not None:
             self._timeout.reschedule(now)  # expire now: the pending read is cancelled
+            self.fired = True
             return
         due = since + self.limit if since is not None else now + self.limit
         self._handle = self.loop.call_at(max(due, now + 0.001), self._check)

@@ -86,11 +86,12 @@ class ToolRunner:
                         started_at, seconds = time.time(), 0.0
                     else:
                         output, started_at, seconds = task.result()
-                    result = ToolResult(output.content, output.is_error, started_at, seconds)
+                    content = _valid_text(output.content)
+                    result = ToolResult(content, output.is_error, started_at, seconds)
                     on_result(call.answered(result))
                     finished.add(call.id)
                     yield ToolFinished(
-                        call.id, call.name, call.arguments, output.content, output.is_error, seconds
+                        call.id, call.name, call.arguments, content, output.is_error, seconds
                     )
         finally:
             for task, call in tasks.items():
@@ -142,3 +143,13 @@ class ToolRunner:
             workspace=context.workspace,
             settings=self._settings,
         )
+
+
+def _valid_text(text: str) -> str:
+    """Text that can be stored and sent as JSON: lone surrogates (a file name that was
+    not UTF-8, say) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

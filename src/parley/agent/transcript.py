@@ -35,6 +35,9 @@ class ToolResultEntry:
     content: str
     is_error: bool = False
     name: str | None = None
+    started_at: float | None = None
+    """Kept from the folded result, so repair never drops what it does not change."""
+    seconds: float | None = None
 
 
 Entry = Message | ToolResultEntry
@@ -52,7 +55,14 @@ def flatten(messages: Iterable[Message]) -> list[Entry]:
         parts = tuple(p.answered(None) if isinstance(p, ToolCallPart) else p for p in message.parts)
         out.append(replace(message, parts=parts))
         out.extend(
-            ToolResultEntry(c.id, c.result.content, c.result.is_error, c.name)
+            ToolResultEntry(
+                c.id,
+                c.result.content,
+                c.result.is_error,
+                c.name,
+                c.result.started_at,
+                c.result.seconds,
+            )
             for c in calls
             if c.result is not None
         )
@@ -80,7 +90,9 @@ def fold(entries: Iterable[Entry]) -> list[Message]:
                 queue = waiting.get(part.id)
                 if queue:
                     entry = queue.pop(0)
-                    parts[index] = part.answered(ToolResult(entry.content, entry.is_error))
+                    parts[index] = part.answered(
+                        ToolResult(entry.content, entry.is_error, entry.started_at, entry.seconds)
+                    )
         for queue in waiting.values():
             if queue:
                 raise ValueError(f"tool result {queue[0].call_id!r} matches no unanswered call")

@@ -17,7 +17,7 @@ id that is provider-safe and unique in the request.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parley.agent.repair import (
     TOOL_NAME,
@@ -28,7 +28,7 @@ from parley.agent.repair import (
     safe_tool_id,
 )
 from parley.agent.transcript import CONTINUES, has_content, is_note, is_summary, last_user_index
-from parley.messages import Message, ToolCallPart, ToolResult
+from parley.messages import Message, TextPart, ToolCallPart
 from parley.settings import RepairSettings
 
 
@@ -50,6 +50,7 @@ class TurnRepair:
         self._history_tokens = estimate_tokens(self._history)
         self._checks: dict[ProviderRules, _Check] = {}
         self._truncated: list[Message] | None = None
+        self._truncated_tokens: int | None = None
 
     def tokens(self, own: Message | None) -> int:
         """The estimated size of the history plus the turn's own message (an upper bound
@@ -83,11 +84,18 @@ class TurnRepair:
         )
 
     def _may_trim(self, own: Message | None, context_tokens: int | None) -> bool:
+        """Whether step 1 might cut anything, before or after step 6 (which can make a
+        result a little longer: 801 characters become 800 plus the marker)."""
         if context_tokens is None:
             return False
         settings = self._settings
         budget = context_tokens * settings.context_fraction / settings.estimate_safety
-        return self.tokens(own) > budget
+        if self._truncated_tokens is None:
+            truncated = truncate_old_results(self._history, settings.old_tool_result_chars)
+            self._truncated_tokens = estimate_tokens(truncated)
+        history = max(self._history_tokens, self._truncated_tokens)
+        own_tokens = estimate_tokens((own,)) if own is not None else 0
+        return history + own_tokens > budget
 
 
 def _check(history: Sequence[Message], rules: ProviderRules) -> _Check:
@@ -95,7 +103,12 @@ def _check(history: Sequence[Message], rules: ProviderRules) -> _Check:
     started = False
     for index, message in enumerate(history):
         if message.role == "system":
-            if index != 0 or is_summary(message) or not message.text.strip():
+            if (
+                index != 0
+                or is_summary(message)
+                or not message.text.strip()
+                or any(not isinstance(p, TextPart) for p in message.parts)
+            ):
                 return _DIRTY
             continue
         if not started:
@@ -148,9 +161,7 @@ def truncate_old_results(messages: Iterable[Message], max_chars: int) -> list[Me
             message = Message(
                 message.role,
                 tuple(
-                    p.answered(
-                        ToolResult(p.result.content[:max_chars] + TRUNCATED, p.result.is_error)
-                    )
+                    p.answered(replace(p.result, content=p.result.content[:max_chars] + TRUNCATED))
                     if isinstance(p, ToolCallPart)
                     and p.result is not None
                     and len(p.result.content) > max_chars

@@ -24,6 +24,7 @@ file. FULL also fsyncs the WAL on every commit. Set ``database.sqlite_synchronou
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -45,9 +46,21 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 def _json_text(value: object) -> str:
-    """JSON columns through orjson (UTF-8 kept as is; older rows may hold ``\\u`` escapes,
-    which every reader decodes the same)."""
-    return orjson.dumps(value).decode()
+    """JSON columns through orjson (UTF-8 kept as is); what orjson refuses (lone
+    surrogates, integers past 64 bits) goes through the standard library as before."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
+def _json_value(text: str | bytes) -> Any:
+    """Rows written by the standard library may hold what orjson refuses to read
+    (escaped lone surrogates, NaN): those are read the old way."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 LOCK_WAIT_MS = 20
@@ -75,7 +88,7 @@ class Database:
                 echo=settings.database.echo,
                 pool_pre_ping=True,
                 json_serializer=_json_text,
-                json_deserializer=orjson.loads,
+                json_deserializer=_json_value,
             )
 
     async def write(self, transaction: Callable[[Connection], T]) -> T:
@@ -196,7 +209,7 @@ def _sqlite_engine(settings: Settings) -> Engine:
         url,
         echo=settings.database.echo,
         json_serializer=_json_text,
-        json_deserializer=orjson.loads,
+        json_deserializer=_json_value,
         connect_args={"check_same_thread": False, "timeout": 30},
         pool_size=8,
     )
