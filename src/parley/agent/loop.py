@@ -6,7 +6,8 @@
         iteration += 1; status "thinking"
         offered = tools.begin_iteration()     # housekeeping: the active-tool LRU
         messages = repair(history + turn)     # the seven repair steps (history checked once)
-        stream the model call                 # retries, fallback, deadlines
+        stream the model call                 # through the interceptor chain;
+                                              #   retries, fallback, deadlines
         decide on the stop reason:
             end_turn / stop_sequence / max_tokens -> done
             content_filtered                      -> done, with a safety message
@@ -50,6 +51,7 @@ from parley.events import (
     ToolStarted,
     UsageEvent,
 )
+from parley.interceptors.chain import InterceptorChain
 from parley.messages import STEP_SEPARATOR, Message, ToolCallPart, ToolResult
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
@@ -104,14 +106,15 @@ class AgentLoop:
         pricing: PriceCatalog,
         store: ConversationStore | None,
         shutting_down: Callable[[], bool],
-        model_call: ModelCall | None = None,
+        chain: InterceptorChain | None = None,
     ) -> None:
         self._settings = settings
         self._tools = tools
         self._store = store
         self._shutting_down = shutting_down
-        self._model_call = model_call or ModelCall(settings.agent, pricing)
-        self._runner = ToolRunner(tools, settings.tools)
+        chain = chain or InterceptorChain()
+        self._model_call = ModelCall(settings.agent, pricing, chain)
+        self._runner = ToolRunner(tools, settings.tools, chain)
 
     async def run(self, request: AgentRequest, turn: TurnState) -> AsyncGenerator[Event]:
         settings = self._settings

@@ -28,6 +28,8 @@ import json
 from collections import deque
 from collections.abc import Sequence
 
+import orjson
+
 from parley.settings import AgentSettings
 
 ToolCallKey = tuple[str, str]
@@ -99,6 +101,10 @@ def canonical_arguments(arguments: str) -> str:
     """Parsed JSON re-dumped with sorted keys and no whitespace; else the raw string."""
     if not arguments.strip():
         return "{}"
+    try:  # the fast way; what orjson refuses (NaN, huge integers) takes the slow one
+        return orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
+        pass
     try:
         value = json.loads(arguments)
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

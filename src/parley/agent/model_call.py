@@ -26,6 +26,7 @@ from parley.agent.stream import ThinkTagReader
 from parley.agent.turn import TurnState
 from parley.errors import ProviderError
 from parley.events import Done, Event, Restart, TextDelta, ToolCallDelta
+from parley.interceptors.chain import InterceptorChain
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
@@ -163,10 +164,12 @@ class ModelCall:
         self,
         settings: AgentSettings,
         pricing: PriceCatalog,
+        chain: InterceptorChain,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._settings = settings
         self._pricing = pricing
+        self._chain = chain
         self._sleep = sleep
 
     async def run(self, plan: CallPlan, turn: TurnState) -> AsyncGenerator[Event]:
@@ -186,7 +189,7 @@ class ModelCall:
                 request = plan.request_for(model)
                 try:
                     events = with_deadlines(
-                        model.provider.stream(request),
+                        self._chain.stream(model.provider, request),
                         first=first_token_seconds(settings, plan.input_tokens),
                         between=settings.between_chunks_seconds,
                         provider=model.provider.name,

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from parley.events import Event, ToolFinished, ToolStarted
+from parley.interceptors.chain import InterceptorChain
 from parley.messages import ToolCallPart, ToolResult
 from parley.settings import ToolSettings
 from parley.tools.output import finish_output
@@ -53,9 +54,12 @@ def parse_arguments(call: ToolCallPart) -> dict[str, Any] | ToolOutput:
 
 
 class ToolRunner:
-    def __init__(self, registry: ToolRegistry, settings: ToolSettings) -> None:
+    def __init__(
+        self, registry: ToolRegistry, settings: ToolSettings, chain: InterceptorChain
+    ) -> None:
         self._registry = registry
         self._settings = settings
+        self._chain = chain
 
     async def run(
         self,
@@ -126,7 +130,7 @@ class ToolRunner:
         timeout = self._settings.timeout_seconds
         try:
             async with asyncio.timeout(timeout):
-                output = await tool.run(arguments, context)
+                output = await self._chain.call_tool(tool, arguments, context)
         except TimeoutError:
             return ToolOutput(f"Tool '{call.name}' timed out after {timeout:g} s", is_error=True)
         except Exception as exc:  # a tool never crashes the turn
