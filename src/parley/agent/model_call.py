@@ -1,9 +1,12 @@
 """One model call of an agent step: deadlines, retries and fallback models.
 
+The provider is always called through the interceptor chain.
+
 - Deadlines: the first event must come within min(30 + input_tokens / 1000, 180) s and
   each later one within 30 s (all settings). A missed deadline is a ``ProviderError``;
   whatever arrived before it is kept by the caller.
-- Retries: an empty reply (no text, reasoning or tool call) or a retryable error (429,
+- Retries: an empty reply (no text, reasoning or tool call; one cut by ``max_tokens``
+  is an answer, not a failure) or a retryable error (429,
   502, 503, overloaded, reset, timeout before the first token) is retried after 1, 2
   and 4 s (jittered; a Retry-After header is honoured, and one longer than
   ``max_retry_after_seconds`` skips straight to the fallback), but only while no answer

@@ -3,9 +3,11 @@
 Each call: arguments parsed (malformed JSON or a non-object is an error result and the
 tool does not run), the tool looked up among those offered this step (an unknown or
 hidden tool is an error result naming what is available), then run under its own
-timeout (600 s default). Output is spilled to the workspace when large and capped
-(``tools/output.py``). Calls start together and report as each finishes; cancelling the
-runner cancels every call still running.
+timeout (600 s default), through the interceptor chain. Output is made valid Unicode,
+spilled to the workspace when large and capped (``tools/output.py``). Calls start
+together and report as each finishes (each result handed on at once, so a finished
+call survives an interrupted step); cancelling the runner cancels every call still
+running and gives it an "interrupted" result.
 """
 
 from __future__ import annotations
