@@ -2,8 +2,9 @@
 
 Each call: arguments parsed (malformed JSON or a non-object is an error result and the
 tool does not run), the tool looked up among those offered this step (an unknown or
-hidden tool is an error result naming what is available), then run under its own
-timeout (600 s default), through the interceptor chain. Output is made valid Unicode,
+hidden tool is an error result naming what is available), then run through the
+interceptor chain, each under the same timeout (600 s default; they start together, so
+one timer per step serves them all). Output is made valid Unicode,
 spilled to the workspace when large and capped (``tools/output.py``). Calls start
 together and report as each finishes (each result handed on at once, so a finished
 call survives an interrupted step); cancelling the runner cancels every call still
@@ -75,31 +76,50 @@ class ToolRunner:
         the calls still running; those get an "interrupted" result."""
         tasks: dict[asyncio.Task[tuple[ToolOutput, float, float]], ToolCallPart] = {}
         finished: set[str] = set()
+        # Each task reports itself when done: waiting is O(1) per call, where asyncio.wait
+        # on the pending set would re-register callbacks on all of them every time.
+        ready: asyncio.Queue[asyncio.Task[tuple[ToolOutput, float, float]]] = asyncio.Queue()
+        # The calls start together, so one timer gives each the same timeout.
+        timeout = self._settings.timeout_seconds
+        expired = False
+        began = time.time()
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            for task in tasks:
+                task.cancel()  # those already done ignore it
+
+        timer = asyncio.get_running_loop().call_later(timeout, expire)
         try:
             for call in calls:
                 yield ToolStarted(call.id, call.name, call.arguments)
                 task = asyncio.create_task(
                     self._one(call, offered, context_for), name=f"tool {call.name} {call.id}"
                 )
+                task.add_done_callback(ready.put_nowait)
                 tasks[task] = call
-            pending = set(tasks)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    call = tasks[task]
-                    if task.cancelled():  # the tool cancelled itself: not the turn's business
-                        output = ToolOutput(f"Tool '{call.name}' was cancelled", is_error=True)
-                        started_at, seconds = time.time(), 0.0
-                    else:
-                        output, started_at, seconds = task.result()
-                    content = _valid_text(output.content)
-                    result = ToolResult(content, output.is_error, started_at, seconds)
-                    on_result(call.answered(result))
-                    finished.add(call.id)
-                    yield ToolFinished(
-                        call.id, call.name, call.arguments, content, output.is_error, seconds
-                    )
+            for _ in range(len(tasks)):
+                task = await ready.get()
+                call = tasks[task]
+                if task.cancelled():
+                    if expired:
+                        text = f"Tool '{call.name}' timed out after {timeout:g} s"
+                    else:  # the tool cancelled itself: not the turn's business
+                        text = f"Tool '{call.name}' was cancelled"
+                    output = ToolOutput(text, is_error=True)
+                    started_at, seconds = round(began, 3), round(time.time() - began, 6)
+                else:
+                    output, started_at, seconds = task.result()
+                content = _valid_text(output.content)
+                result = ToolResult(content, output.is_error, started_at, seconds)
+                on_result(call.answered(result))
+                finished.add(call.id)
+                yield ToolFinished(
+                    call.id, call.name, call.arguments, content, output.is_error, seconds
+                )
         finally:
+            timer.cancel()
             for task, call in tasks.items():
                 task.cancel()
                 if call.id not in finished:
@@ -129,12 +149,8 @@ class ToolRunner:
         if isinstance(arguments, ToolOutput):
             return arguments
         context = context_for(call)
-        timeout = self._settings.timeout_seconds
-        try:
-            async with asyncio.timeout(timeout):
-                output = await self._chain.call_tool(tool, arguments, context)
-        except TimeoutError:
-            return ToolOutput(f"Tool '{call.name}' timed out after {timeout:g} s", is_error=True)
+        try:  # the step's timer (in ``run``) cancels it when its time is up
+            output = await self._chain.call_tool(tool, arguments, context)
         except Exception as exc:  # a tool never crashes the turn
             log.exception("tool %s failed", call.name)
             output = ToolOutput(f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}", True)
