@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from parley.bench.agent import agent_steps, database_per_turn
+from parley.bench.agent import agent_steps
+from parley.bench.database import database_per_turn
 from parley.bench.report import _engine_verdicts, engine_markdown, rows
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,8 @@ import httpx
 import orjson
 
 from parley.bench import figures
-from parley.bench.agent import agent_steps, database_per_turn
+from parley.bench.agent import agent_steps
+from parley.bench.database import database_per_turn
 from parley.bench.figures import FULL, SMOKE, Profile
 from parley.bench.report import markdown, plots
 from parley.bench.rig import Rig, Service
