@@ -169,6 +169,14 @@ def ask(
     )
 
 
+async def until(condition: Callable[[], object], seconds: float = 2.0) -> None:
+    """Wait for ``condition`` to hold, failing the test if it does not in time."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
 def call(
     name: str, arguments: str, call_id: str = "c1", index: int = 0, tokens: int = 10
 ) -> list[Event]:
@@ -590,10 +598,7 @@ async def test_each_step_is_committed_before_the_next(make_world: MakeWorld) -> 
     world.primary.queue(*call("echo", '{"text": "saved"}'))
     world.primary.queue(2.0, TextDelta("late"), Done("end_turn"))
     generation, _ = await start(world, ask())
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if len(world.primary.requests) == 2:
-            break
+    await until(lambda: len(world.primary.requests) == 2)
     reply = await stored_reply(world, generation)
     assert reply.status == "streaming"
     calls = [p for p in reply.parts if isinstance(p, ToolCallPart)]
@@ -608,10 +613,7 @@ async def test_cancelling_the_turn_cancels_running_tools(make_world: MakeWorld) 
     world = await make_world()
     world.primary.queue(*call("nap", '{"seconds": 30}'))
     generation, _ = await start(world, ask())
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if world.tools.ran:
-            break
+    await until(lambda: world.tools.ran)
     generation.detach(cancel=True)
     await generation.wait()
     assert world.tools.cancelled == 1
@@ -622,10 +624,7 @@ async def test_shutdown_stops_loops_and_refuses_new_turns(make_world: MakeWorld)
     world = await make_world()
     world.primary.queue(TextDelta("working"), *call("nap", '{"seconds": 0.3}'))
     generation, events = await start(world, ask())
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if world.tools.ran:
-            break
+    await until(lambda: world.tools.ran)
     world.service.begin_shutdown(grace_seconds=5)
     with pytest.raises(Overloaded):
         await world.service.prepare(ask())
@@ -645,10 +644,7 @@ async def test_shutdown_after_grace_interrupts_and_tells_the_client(
     world = await make_world()
     world.primary.queue(TextDelta("slow "), 30.0, Done("end_turn"))
     generation, events = await start(world, ask(tools=()))
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if events:
-            break
+    await until(lambda: events)
     await world.service.shutdown(grace_seconds=0.1)
     assert isinstance(events[-1], StreamError)
     assert "shutting down" in events[-1].error.message
@@ -692,10 +688,7 @@ async def test_finished_results_survive_an_interrupted_step(make_world: MakeWorl
         Done("tool_use"),
     )
     generation, events = await start(world, ask())
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if any(isinstance(e, ToolFinished) for e in events):
-            break
+    await until(lambda: any(isinstance(e, ToolFinished) for e in events))
     generation.detach(cancel=True)
     await generation.wait()
     reply = await stored_reply(world, generation)

@@ -12,22 +12,16 @@ import orjson
 import pytest
 from pydantic import Field
 
-from parley.settings import Settings
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError, ToolOutput
+from tests.tools.contexts import tool_context
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 def context(tmp_path: Path) -> ToolContext:
-    return ToolContext(
-        owner="alice",
-        conversation_id="conv_1",
-        call_id="call_1",
-        workspace=tmp_path / "ws",
-        settings=Settings(data_dir=tmp_path),
-    )
+    return tool_context(tmp_path)
 
 
 @function_tool

@@ -25,6 +25,7 @@ from parley.tools.builtins.session import (
 )
 from parley.tools.lru import ActiveTools
 from parley.tools.protocol import Session, ToolContext
+from tests.tools.contexts import tool_context
 
 pytestmark = pytest.mark.anyio
 
@@ -44,14 +45,8 @@ def make_context(
     store: ConversationStore | None = None,
     session: Session | None = None,
 ) -> ToolContext:
-    return ToolContext(
-        owner=owner,
-        conversation_id="conv_now",
-        call_id="call_1",
-        workspace=tmp_path / "ws",
-        settings=Settings(data_dir=tmp_path),
-        store=store,
-        session=session,
+    return tool_context(
+        tmp_path, owner=owner, conversation_id="conv_now", store=store, session=session
     )
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from parley.settings import Settings
 from parley.tools.builtins.web import web_fetch
 from parley.tools.protocol import ToolContext, ToolOutput
+from tests.tools.contexts import tool_context
 
 pytestmark = pytest.mark.anyio
 
@@ -123,14 +123,7 @@ async def site() -> AsyncIterator[Site]:
 
 def context(tmp_path: Path, **web_fetch: Any) -> ToolContext:
     limits = {"allow_hosts": ["127.0.0.1/32"], **web_fetch}
-    settings = Settings(data_dir=tmp_path, tools={"web_fetch": limits})
-    return ToolContext(
-        owner="alice",
-        conversation_id="conv_1",
-        call_id="call_1",
-        workspace=tmp_path / "ws" / "conv_1",
-        settings=settings,
-    )
+    return tool_context(tmp_path, tools={"web_fetch": limits})
 
 
 async def fetch(tmp_path: Path, url: str, **arguments: Any) -> ToolOutput:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from parley.settings import Settings
 from parley.tools.builtins import workspace as workspace_module
 from parley.tools.builtins.workspace import (
     WORKSPACE_TOOLS,
@@ -25,6 +24,7 @@ from parley.tools.builtins.workspace import (
 from parley.tools.function import FunctionTool
 from parley.tools.output import spill_output
 from parley.tools.protocol import ToolContext, ToolError, ToolOutput
+from tests.tools.contexts import tool_context
 
 pytestmark = pytest.mark.anyio
 
@@ -32,16 +32,8 @@ SECRET = "TOP-SECRET-CONTENT"
 
 
 def make_context(tmp_path: Path, **shell: Any) -> ToolContext:
-    settings = Settings(
-        data_dir=tmp_path,
-        tools={"shell": {"enabled": True, "timeout_seconds": 10, **shell}},
-    )
-    return ToolContext(
-        owner="alice",
-        conversation_id="conv_1",
-        call_id="call_1",
-        workspace=tmp_path / "ws" / "conv_1",
-        settings=settings,
+    return tool_context(
+        tmp_path, tools={"shell": {"enabled": True, "timeout_seconds": 10, **shell}}
     )
 
 

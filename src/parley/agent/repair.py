@@ -57,7 +57,7 @@ import math
 import re
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from parley.agent.transcript import (
@@ -238,17 +238,13 @@ def _user_first(entries: list[Entry]) -> list[Entry]:
 def repair_tool_pairs(entries: Sequence[Entry]) -> list[Entry]:
     """Step 4: stray results go, and so do calls whose tool name no provider takes."""
     out: list[Entry] = []
-    index = 0
-    while index < len(entries):
-        entry, end = entries[index], block_end(entries, index)
-        if isinstance(entry, Message):
-            calls = calls_of(entry)
-            if calls:
-                entry, calls = _without_unsendable_calls(entry)
-            out.append(entry)
-            block = _results(entries, index, end)
-            out.extend(block[m] for m in pair_results(calls, block) if m is not None)
-        index = end
+    for entry, calls, block in _blocks(entries):
+        if not isinstance(entry, Message):
+            continue  # a result no call owns
+        if calls:
+            entry, calls = _without_unsendable_calls(entry)
+        out.append(entry)
+        out.extend(block[m] for m in pair_results(calls, block) if m is not None)
     return out
 
 
@@ -264,8 +260,22 @@ def _without_unsendable_calls(message: Message) -> tuple[Message, tuple[ToolCall
     return message, message.tool_calls
 
 
-def _results(entries: Sequence[Entry], index: int, end: int) -> list[ToolResultEntry]:
-    return [e for e in entries[index + 1 : end] if isinstance(e, ToolResultEntry)]
+def _blocks(
+    entries: Sequence[Entry],
+) -> Iterator[tuple[Entry, tuple[ToolCallPart, ...], list[ToolResultEntry]]]:
+    """Each entry with its calls and the run of results right after it; an entry
+    without calls comes alone (results after it come one by one: they are stray)."""
+    index = 0
+    while index < len(entries):
+        entry = entries[index]
+        calls = calls_of(entry)
+        if not calls:
+            yield entry, (), []
+            index += 1
+            continue
+        end = block_end(entries, index)
+        yield entry, calls, [e for e in entries[index + 1 : end] if isinstance(e, ToolResultEntry)]
+        index = end
 
 
 # --- step 5 ---------------------------------------------------------------------------
@@ -278,18 +288,11 @@ def lost_result(name: str) -> ToolResult:
 def synthesize_missing_results(entries: Sequence[Entry]) -> list[Entry]:
     """Step 5 on a flat history: every call's result block is completed, in call order."""
     out: list[Entry] = []
-    index = 0
-    while index < len(entries):
-        entry = entries[index]
-        calls = calls_of(entry)
-        if not calls:
-            out.append(entry)
-            index += 1
-            continue
-        end = block_end(entries, index)
-        block = _results(entries, index, end)
-        matched = pair_results(calls, block)
+    for entry, calls, block in _blocks(entries):
         out.append(entry)
+        if not calls:
+            continue
+        matched = pair_results(calls, block)
         for call, found in zip(calls, matched, strict=True):
             if found is not None:
                 out.append(block[found])
@@ -297,7 +300,6 @@ def synthesize_missing_results(entries: Sequence[Entry]) -> list[Entry]:
                 lost = lost_result(call.name)
                 out.append(ToolResultEntry(call.id, lost.content, lost.is_error, call.name))
         out.extend(r for i, r in enumerate(block) if i not in matched)
-        index = end
     return out
 
 
@@ -346,27 +348,19 @@ def normalize_tool_call_ids(
     limit = rules.max_tool_id_length
     used: set[str] = set()
     out: list[Entry] = []
-    index = 0
-    while index < len(entries):
-        entry = entries[index]
+    for entry, calls, block in _blocks(entries):
         if isinstance(entry, ToolResultEntry):  # a stray result: made safe, not unique
             out.append(replace(entry, call_id=safe_tool_id(entry.call_id, limit)))
-            index += 1
             continue
-        calls = calls_of(entry)
         if not calls:
             out.append(entry)
-            index += 1
             continue
-        end = block_end(entries, index)
-        block = _results(entries, index, end)
         new_ids = [_unique(safe_tool_id(c.id, limit), used, limit) for c in calls]
         if new_ids == [c.id for c in calls] and all(
             r.call_id == safe_tool_id(r.call_id, limit) for r in block
         ):
             out.append(entry)  # the common case: nothing to rename
             out.extend(block)
-            index = end
             continue
         renamed = iter(new_ids)
         parts = tuple(
@@ -378,7 +372,6 @@ def normalize_tool_call_ids(
             replace(r, call_id=answers.get(i) or safe_tool_id(r.call_id, limit))
             for i, r in enumerate(block)
         )
-        index = end
     return out
 
 

@@ -83,6 +83,18 @@ def _shown(root: Path, real: Path) -> str:
     return "." if real == root else real.relative_to(root).as_posix()
 
 
+def _existing(context: ToolContext, path: str) -> tuple[Path, Path] | None:
+    """(workspace root, real path) of something that exists; None for the root of a
+    workspace not created yet; a ToolError for anything else that is missing."""
+    root = context.workspace.resolve()
+    real = workspace_path(context.workspace, path)
+    if not real.exists():
+        if real == root:
+            return None
+        raise _missing(path)
+    return root, real
+
+
 def _missing(path: str) -> ToolError:
     return ToolError(f"{path!r} does not exist in the workspace.")
 
@@ -97,12 +109,10 @@ def workspace_list(context: ToolContext, path: str = ".", recursive: bool = Fals
         path: The folder to list, relative to the workspace root.
         recursive: List everything below the folder too, not only its direct entries.
     """
-    root = context.workspace.resolve()
-    real = workspace_path(context.workspace, path)
-    if not real.exists():
-        if real == root:
-            return "The workspace is empty."
-        raise _missing(path)
+    found = _existing(context, path)
+    if found is None:
+        return "The workspace is empty."
+    root, real = found
     if not real.is_dir():
         return _entry_line(root, real, _shown(root, real))
     lines: list[str] = []
@@ -331,12 +341,10 @@ def workspace_search(
     except re.error as exc:
         raise ToolError(f"Invalid regular expression: {exc}") from None
     limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
-    root = context.workspace.resolve()
-    real = workspace_path(context.workspace, path)
-    if not real.exists():
-        if real == root:
-            return "No matches: the workspace is empty."
-        raise _missing(path)
+    found = _existing(context, path)
+    if found is None:
+        return "No matches: the workspace is empty."
+    root, real = found
     files = [real] if real.is_file() else [p for p in _walk(real) if not p.is_dir()]
     results: list[str] = []
     for file in files:
