@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.support.mock_openai import MockOpenAI
+from tests.support.packages import install_example_package
 from tests.support.server import ParleyServer
 
 
@@ -77,6 +78,12 @@ def parley(
     server = ParleyServer(tmp_path_factory.mktemp("parley"), server_config(upstream))
     with server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def example_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding examples/interceptor-package, installed by pip."""
+    return install_example_package(tmp_path_factory.mktemp("site"))
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
@@ -88,3 +90,32 @@ def test_agent_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
     assert "It is noon." in result.stdout
     assert "cost: $" in result.stdout
     assert "task: completed - UTC." in result.stdout
+
+
+def test_interceptors_yaml(tmp_path: Path, upstream: MockOpenAI) -> None:
+    """examples/interceptors.yaml as written: logging, the word list and the hook script."""
+    server = ParleyServer(
+        tmp_path,
+        {},
+        env={"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-upstream"},
+    )
+    server.config_path.write_text((EXAMPLES / "interceptors.yaml").read_text())
+    upstream.queue_tool_calls([("call_1", "web_fetch", '{"url": "https://ads.example.net/x"}')])
+    upstream.queue_text("The password is hun", "ter2, do not share.")
+    with server:
+        reply = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json={
+                "model": "openai/mock-model",
+                "messages": [{"role": "user", "content": "my password is hunter2"}],
+            },
+            timeout=60,
+        ).json()
+        log = server.log()
+    assert reply["choices"][0]["message"]["content"] == "The password is ***, do not share."
+    first, second = upstream.requests
+    assert first["messages"][-1]["content"] == "my password is ***"
+    denied = second["messages"][-1]
+    assert denied["role"] == "tool"
+    assert denied["content"].startswith("[HOOK DENIED] Tool 'web_fetch' was blocked: pages on")
+    assert "model call chat -> openai/mock-model" in log

@@ -18,15 +18,18 @@ import httpx
 from fastapi import FastAPI, Request
 
 from parley import __version__
-from parley.api import chat, conversations, errors, models, tasks
+from parley.api import admin, chat, conversations, errors, models, tasks, usage
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
 from parley.conversations.service import ConversationService
+from parley.interceptors.discovery import build_chain
+from parley.interceptors.protocol import Services
 from parley.pacer import pace_garbage_collection
 from parley.providers.pricing import PriceCatalog
 from parley.providers.registry import build_registry
 from parley.settings import Settings
+from parley.store.audit import AuditLog
 from parley.store.database import Database
 from parley.store.repository import ConversationStore, KeyStore
 from parley.tools.builtins import build_registry as build_tools
@@ -35,6 +38,9 @@ log = logging.getLogger("parley")
 
 
 def create_app(settings: Settings) -> FastAPI:
+    pricing = PriceCatalog(settings.pricing)
+    chain = build_chain(settings, pricing)  # a bad interceptor fails here, before serving
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         database = Database(settings)
@@ -53,9 +59,16 @@ def create_app(settings: Settings) -> FastAPI:
         registry = build_registry(settings, client)
         keys = KeyStore(database)
         tools = build_tools(settings)
-        service = ConversationService(
-            settings, conversation_store, registry, tools, PriceCatalog(settings.pricing)
+        audit_settings = settings.interceptors.audit
+        audit = AuditLog(
+            database,
+            flush_seconds=audit_settings.flush_seconds,
+            max_pending=audit_settings.max_pending,
+            retention_days=audit_settings.retention_days,
         )
+        await audit.start()
+        await chain.startup(Services(settings, pricing, database, audit))
+        service = ConversationService(settings, conversation_store, registry, tools, pricing, chain)
         app.state.parley = AppState(
             settings=settings,
             auth=Authenticator(
@@ -68,6 +81,9 @@ def create_app(settings: Settings) -> FastAPI:
             keys=keys,
             registry=registry,
             tools=tools,
+            interceptors=chain,
+            audit=audit,
+            database=database,
         )
         if not await keys.active():
             log.warning(
@@ -83,6 +99,8 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             pacer.cancel()
             await service.shutdown(settings.agent.shutdown_grace_seconds)
+            await chain.shutdown()
+            await audit.close()
             await registry.aclose()
             await client.aclose()
             await database.dispose()
@@ -103,6 +121,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(conversations.router)
     app.include_router(tasks.router)
+    app.include_router(admin.router)
+    app.include_router(usage.router)
 
     @app.get("/health", tags=["health"])
     async def health(request: Request) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The command line: ``parley serve | chat | keys | migrate``.
+"""The command line: ``parley serve | chat | keys | interceptors | bench | migrate``.
 
 Every command takes its settings from ``--config`` (or ``PARLEY_CONFIG``) and the
 environment, like the server.
@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from parley import __version__
+from parley.errors import ConfigurationError
 from parley.settings import Settings, load_settings
 from parley.store.repository import KeyStore
 
@@ -91,8 +92,15 @@ def serve(
         f"Parley {__version__} on http://{settings.server.host}:{settings.server.port} "
         f"- providers: {providers} - data: {settings.data_dir}"
     )
+    try:
+        application = create_app(settings)
+    except ConfigurationError as exc:
+        console.print(
+            f"[red]invalid settings:[/red] {exc.message}", highlight=False, soft_wrap=True
+        )
+        raise typer.Exit(2) from None
     server_config = uvicorn.Config(
-        create_app(settings),
+        application,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
@@ -163,6 +171,43 @@ def bench(
     console.print(f"report written to {out}/")
 
 
+@app.command("interceptors")
+def interceptors_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Show the interceptor chain these settings build, outermost first."""
+    from parley.interceptors.discovery import build_chain
+
+    settings = _settings(config)
+    try:
+        described = build_chain(settings).describe()
+    except ConfigurationError as exc:
+        console.print(
+            f"[red]invalid settings:[/red] {exc.message}", highlight=False, soft_wrap=True
+        )
+        raise typer.Exit(2) from None
+    if as_json:
+        console.print_json(data=described)
+        return
+    if not described:
+        console.print("no interceptors: model and tool calls go straight through")
+        return
+    table = Table("order", "name", "on failure", "hooks", "source")
+    for item in described:
+        table.add_row(
+            str(item["order"]),
+            item["name"],
+            "close" if item["fail_closed"] else "open",
+            ", ".join(item["hooks"]),
+            item["source"],
+        )
+    console.print(table)
+    console.print(
+        "[dim]before-hooks run top to bottom, after-hooks and stream hooks bottom to top[/dim]"
+    )
+
+
 @app.command("migrate")
 def migrate_command(config: ConfigOption = None) -> None:
     """Apply database migrations (the server also does this at start-up)."""
@@ -207,28 +252,36 @@ def keys_create(
     owner: Annotated[
         str, typer.Option(help="Owner whose conversations the key reaches.")
     ] = "local",
+    admin: Annotated[
+        bool,
+        typer.Option("--admin", help="May see the interceptor chain and everyone's audit rows."),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
     """Create a key and print it once. From now on every request needs a key."""
     from parley.api.auth import new_key
 
     key, key_hash, prefix = new_key()
-    _with_keys(config, lambda keys: keys.create(owner, name, key_hash, prefix))
+    _with_keys(config, lambda keys: keys.create(owner, name, key_hash, prefix, admin=admin))
     console.print(key, soft_wrap=True, highlight=False)
-    console.print(f"[dim]owner {owner}, name {name}; it is shown only now.[/dim]", highlight=False)
+    role = ", admin" if admin else ""
+    console.print(
+        f"[dim]owner {owner}, name {name}{role}; it is shown only now.[/dim]", highlight=False
+    )
 
 
 @keys_app.command("list")
 def keys_list(config: ConfigOption = None) -> None:
     """List keys (prefixes only; keys themselves are not stored)."""
     keys = _with_keys(config, lambda keys: keys.list())
-    table = Table("id", "prefix", "owner", "name", "created", "revoked")
+    table = Table("id", "prefix", "owner", "name", "admin", "created", "revoked")
     for key in keys:
         table.add_row(
             key.id,
             key.prefix + "...",
             key.owner,
             key.name,
+            "yes" if key.admin else "",
             _when(key.created_at),
             _when(key.revoked_at) if key.revoked_at else "",
         )

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from parley import processes
 from parley.tools.builtins import workspace as workspace_module
 from parley.tools.builtins.workspace import (
     WORKSPACE_TOOLS,
@@ -395,7 +396,7 @@ async def test_shell_resource_limits(tmp_path: Path) -> None:
         command="head -c 200000000 /dev/zero > big.bin",
     )
     assert too_big.is_error  # RLIMIT_FSIZE stops the write
-    assert (context.workspace / "big.bin").stat().st_size <= workspace_module.SHELL_MAX_FILE_BYTES
+    assert (context.workspace / "big.bin").stat().st_size <= processes.SHELL_MAX_FILE_BYTES
 
 
 async def test_shell_refuses_when_disabled(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from parley.api.wire import ChatCompletionRequest, to_messages, to_turn
 from parley.errors import InvalidRequest
+from parley.identity import Caller
 from parley.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResult
 from parley.providers.openai_chat import to_openai_messages
 from parley.settings import ChatSettings, Settings
@@ -99,14 +100,17 @@ def test_server_tools_by_name_and_tool_choice_expansion() -> None:
             "extra_body": {"conversation_id": "conv_1"},
         }
     )
-    turn = to_turn(body, owner="o", limits=ChatSettings(), tools=registry)
+    turn = to_turn(body, caller=Caller("o"), limits=ChatSettings(), tools=registry)
     assert turn.server_tools == ("current_time",)
     assert [t.name for t in turn.tools] == ["mine"]
     assert turn.tool_choice == {"type": "function", "function": {"name": "mine"}}
     assert turn.conversation_id == "conv_1"
     for keep in ("auto", "none", "required"):
         body.tool_choice = keep
-        assert to_turn(body, owner="o", limits=ChatSettings(), tools=registry).tool_choice == keep
+        assert (
+            to_turn(body, caller=Caller("o"), limits=ChatSettings(), tools=registry).tool_choice
+            == keep
+        )
 
 
 def test_chatchat_tool_config_enables_server_tools() -> None:
@@ -118,9 +122,9 @@ def test_chatchat_tool_config_enables_server_tools() -> None:
             "tool_config": {"web_fetch": {}, "current_time": {}},
         }
     )
-    turn = to_turn(body, owner="o", limits=ChatSettings(), tools=registry)
+    turn = to_turn(body, caller=Caller("o"), limits=ChatSettings(), tools=registry)
     assert turn.server_tools == ("current_time", "web_fetch")
     body.tool_config = {"no_such_tool": {}}
     with pytest.raises(InvalidRequest) as caught:
-        to_turn(body, owner="o", limits=ChatSettings(), tools=registry)
+        to_turn(body, caller=Caller("o"), limits=ChatSettings(), tools=registry)
     assert caught.value.param == "tool_config"

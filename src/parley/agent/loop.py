@@ -23,6 +23,8 @@ one model call whose tool-call fragments stream to the client as they come.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
@@ -38,6 +40,7 @@ from parley.agent.repair import rules_for
 from parley.agent.tool_runner import ToolRunner
 from parley.agent.turn import Stop, TurnState
 from parley.agent.turn_repair import TurnRepair
+from parley.errors import ParleyError
 from parley.events import (
     Done,
     Event,
@@ -51,8 +54,10 @@ from parley.events import (
     ToolStarted,
     UsageEvent,
 )
-from parley.interceptors.chain import InterceptorChain
-from parley.messages import STEP_SEPARATOR, Message, ToolCallPart, ToolResult
+from parley.identity import Caller
+from parley.interceptors.chain import CANCEL_GRACE_SECONDS, InterceptorChain
+from parley.interceptors.protocol import CallCancelled, TurnEnd, TurnInfo
+from parley.messages import STEP_SEPARATOR, Message, ToolCallPart, ToolResult, reply_text
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
@@ -91,6 +96,10 @@ class AgentRequest:
     models: list[ResolvedModel]
     """The model, then its fallbacks."""
     server_tools: tuple[str, ...] = ()
+    caller: Caller | None = None
+    """Who asked (None: the owner, with no key)."""
+    source: str = "api"
+    """Which door the request came through (for the interceptors)."""
 
     @property
     def client_tools(self) -> frozenset[str]:
@@ -113,10 +122,52 @@ class AgentLoop:
         self._store = store
         self._shutting_down = shutting_down
         chain = chain or InterceptorChain()
+        self._chain = chain
         self._model_call = ModelCall(settings.agent, pricing, chain)
         self._runner = ToolRunner(tools, settings.tools, chain)
 
-    async def run(self, request: AgentRequest, turn: TurnState) -> AsyncGenerator[Event]:
+    def run(self, request: AgentRequest, turn: TurnState) -> AsyncGenerator[Event]:
+        """The turn's events, ending in ``Done`` (or an exception)."""
+        info = TurnInfo(
+            caller=request.caller or Caller(request.owner),
+            source=request.source,
+            conversation_id=request.conversation_id,
+            message_id=request.message_id,
+            totals=lambda: (turn.usage, turn.cost_usd),
+        )
+        events = self._run(request, turn, info)
+        if not self._chain.wants_turn_end:
+            return events
+        return self._ending(events, turn, info)
+
+    async def _ending(
+        self, events: AsyncGenerator[Event], turn: TurnState, info: TurnInfo
+    ) -> AsyncGenerator[Event]:
+        """``events``, telling the interceptors when the turn ends: answered, failed, or
+        abandoned (cancelled, with a short grace for the hooks)."""
+        ended = False
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    if isinstance(event, Done):
+                        ended = True
+                        await self._chain.turn_end(_turn_end(info, turn, None))
+                    yield event
+        except ParleyError as exc:
+            ended = True
+            await self._chain.turn_end(_turn_end(info, turn, exc))
+            raise
+        except (GeneratorExit, asyncio.CancelledError):
+            if not ended:
+                abandoned = CallCancelled("the turn was abandoned before it finished")
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(CANCEL_GRACE_SECONDS):
+                        await self._chain.turn_end(_turn_end(info, turn, abandoned))
+            raise
+
+    async def _run(
+        self, request: AgentRequest, turn: TurnState, info: TurnInfo
+    ) -> AsyncGenerator[Event]:
         settings = self._settings
         budget = Budget(settings.agent, self._shutting_down)
         passthrough = not request.server_tools
@@ -142,7 +193,7 @@ class AgentLoop:
             yield Status("thinking", str(budget.iterations))
             active.begin_iteration(budget.iterations)
             offered = session.offered = active.offered() if not passthrough else []
-            plan = self._plan(request, turn, offered, budget.iterations, repair)
+            plan = self._plan(request, turn, offered, budget.iterations, repair, info)
             shown.begin_step(separate=turn.has_text)
             async with aclosing(self._model_call.run(plan, turn)) as events:
                 async for event in events:
@@ -185,7 +236,7 @@ class AgentLoop:
                     break
             elif mine:
                 tools = self._runner.run(
-                    mine, offered, partial(self._context, request, session), turn.record
+                    mine, offered, partial(self._context, request, session), turn.record, info
                 )
                 async with aclosing(tools):
                     async for event in tools:
@@ -217,6 +268,7 @@ class AgentLoop:
         offered: list[str],
         iteration: int,
         repair: TurnRepair,
+        info: TurnInfo,
     ) -> CallPlan:
         own = Message("assistant", turn.parts()) if turn.committed else None
         specs = [spec for name in offered if (spec := self._tools.spec(name)) is not None]
@@ -249,6 +301,7 @@ class AgentLoop:
             input_tokens=repair.tokens(own),
             incremental=template.incremental,
             forwards_tool_calls=not request.server_tools,
+            turn=info,
         )
 
     def _context(self, request: AgentRequest, session: _Session, call: ToolCallPart) -> ToolContext:
@@ -265,6 +318,19 @@ class AgentLoop:
     def _is_pinned(self, name: str) -> bool:
         tool = self._tools.get(name)
         return name in self._settings.tools.pinned_tools or bool(tool and tool.pinned)
+
+
+def _turn_end(info: TurnInfo, turn: TurnState, error: ParleyError | None) -> TurnEnd:
+    parts = turn.parts()
+    return TurnEnd(
+        turn=info,
+        text=reply_text(parts),
+        stop_reason=turn.stop_reason,
+        usage=turn.usage,
+        cost_usd=turn.cost_usd,
+        tool_calls=sum(isinstance(p, ToolCallPart) for p in parts),
+        error=error,
+    )
 
 
 class _Session:

@@ -1,6 +1,7 @@
 """One model call of an agent step: deadlines, retries and fallback models.
 
-The provider is always called through the interceptor chain.
+The provider is always called through the interceptor chain, once per attempt: each
+retry and each fallback model is a call the interceptors see.
 
 - Deadlines: the first event must come within min(30 + input_tokens / 1000, 180) s and
   each later one within 30 s (all settings). A missed deadline is a ``ProviderError``;
@@ -23,13 +24,15 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 from parley.agent.stream import ThinkTagReader
 from parley.agent.turn import TurnState
 from parley.errors import ProviderError
 from parley.events import Done, Event, Restart, TextDelta, ToolCallDelta
 from parley.interceptors.chain import InterceptorChain
+from parley.interceptors.protocol import CallInfo, Purpose, TurnInfo
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
@@ -51,6 +54,9 @@ class CallPlan:
     forwards_tool_calls: bool = True
     """False when tool-call fragments are held back (server tools are in play), so a
     call alone has not reached the client."""
+    turn: TurnInfo = field(default_factory=TurnInfo)
+    """Who the call is for, as the interceptors see it."""
+    purpose: Purpose = "chat"
 
 
 def first_token_seconds(settings: AgentSettings, input_tokens: int) -> float:
@@ -190,13 +196,17 @@ class ModelCall:
                 step = turn.begin_step()
                 answered = False  # answer text or a tool call reached the client
                 request = plan.request_for(model)
+                call = CallInfo(
+                    "model",
+                    model.public_name,
+                    plan.turn,
+                    purpose=plan.purpose,
+                    attempt=attempt,
+                    provider=model.provider.name,
+                    upstream_model=model.model,
+                )
                 try:
-                    events = with_deadlines(
-                        self._chain.stream(model.provider, request),
-                        first=first_token_seconds(settings, plan.input_tokens),
-                        between=settings.between_chunks_seconds,
-                        provider=model.provider.name,
-                    )
+                    events = self._chain.stream(call, request, partial(self._open, model, plan))
                     think = ThinkTagReader()
                     async with contextlib.aclosing(events):
                         async for raw in events:
@@ -209,6 +219,11 @@ class ModelCall:
                                 pieces: list[Event] = [*think.feed(raw.text)]
                             elif isinstance(raw, Done):
                                 pieces = [*think.flush(), raw]
+                            elif isinstance(raw, Restart):  # an interceptor rewrote the reply
+                                step = turn.begin_step()
+                                think = ThinkTagReader()
+                                yield raw
+                                continue
                             else:
                                 pieces = [raw]
                             finished = False
@@ -271,6 +286,18 @@ class ModelCall:
                 return
         assert last_error is not None
         raise last_error
+
+    def _open(
+        self, model: ResolvedModel, plan: CallPlan, request: ModelRequest
+    ) -> AsyncGenerator[Event]:
+        """The upstream's stream under its deadlines (inside the chain, so that the
+        interceptors see a timeout like any other failure)."""
+        return with_deadlines(
+            model.provider.stream(request),
+            first=first_token_seconds(self._settings, plan.input_tokens),
+            between=self._settings.between_chunks_seconds,
+            provider=model.provider.name,
+        )
 
     def _count(self, turn: TurnState, model: ResolvedModel) -> None:
         usage = turn.step.usage

@@ -14,7 +14,6 @@ running and gives it an "interrupted" result.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Collection
 from typing import Any
@@ -23,13 +22,12 @@ import orjson
 
 from parley.events import Event, ToolFinished, ToolStarted
 from parley.interceptors.chain import InterceptorChain
+from parley.interceptors.protocol import CallInfo, TurnInfo
 from parley.messages import ToolCallPart, ToolResult
 from parley.settings import ToolSettings
 from parley.tools.output import finish_output
 from parley.tools.protocol import ToolContext, ToolOutput
 from parley.tools.registry import ToolRegistry
-
-log = logging.getLogger(__name__)
 
 ContextFor = Callable[[ToolCallPart], ToolContext]
 
@@ -70,6 +68,7 @@ class ToolRunner:
         offered: Collection[str],
         context_for: ContextFor,
         on_result: Callable[[ToolCallPart], None],
+        turn: TurnInfo | None = None,
     ) -> AsyncGenerator[Event]:
         """Run ``calls`` concurrently, yielding start and finish events; each call,
         answered, goes to ``on_result`` the moment it finishes. Cancelling this cancels
@@ -95,7 +94,8 @@ class ToolRunner:
             for call in calls:
                 yield ToolStarted(call.id, call.name, call.arguments)
                 task = asyncio.create_task(
-                    self._one(call, offered, context_for), name=f"tool {call.name} {call.id}"
+                    self._one(call, offered, context_for, turn or TurnInfo()),
+                    name=f"tool {call.name} {call.id}",
                 )
                 task.add_done_callback(ready.put_nowait)
                 tasks[task] = call
@@ -129,15 +129,23 @@ class ToolRunner:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _one(
-        self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor
+        self,
+        call: ToolCallPart,
+        offered: Collection[str],
+        context_for: ContextFor,
+        turn: TurnInfo,
     ) -> tuple[ToolOutput, float, float]:
         started_at = time.time()
         started = time.monotonic()
-        output = await self._output(call, offered, context_for)
+        output = await self._output(call, offered, context_for, turn)
         return output, round(started_at, 3), round(time.monotonic() - started, 6)
 
     async def _output(
-        self, call: ToolCallPart, offered: Collection[str], context_for: ContextFor
+        self,
+        call: ToolCallPart,
+        offered: Collection[str],
+        context_for: ContextFor,
+        turn: TurnInfo,
     ) -> ToolOutput:
         tool = self._registry.get(call.name) if call.name in offered else None
         if tool is None:
@@ -149,11 +157,10 @@ class ToolRunner:
         if isinstance(arguments, ToolOutput):
             return arguments
         context = context_for(call)
-        try:  # the step's timer (in ``run``) cancels it when its time is up
-            output = await self._chain.call_tool(tool, arguments, context)
-        except Exception as exc:  # a tool never crashes the turn
-            log.exception("tool %s failed", call.name)
-            output = ToolOutput(f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}", True)
+        info = CallInfo("tool", call.name, turn, purpose="tool", call_id=call.id)
+        # The step's timer (in ``run``) cancels it when its time is up; the chain turns
+        # any failure into an error result.
+        output = await self._chain.call_tool(tool, arguments, context, info)
         if len(output.content) * 4 <= self._settings.spill_bytes and (
             len(output.content) <= self._settings.max_output_chars
         ):

@@ -5,7 +5,8 @@ OpenAI SDK always sends one), and they act as the owner ``local``. That trust is
 given to requests that a browser page elsewhere could not have made: the ``Host`` must
 be a loopback name (no DNS rebinding) and an ``Origin``, when sent, must be loopback too
 (no cross-site form posts). Once a key exists, every request needs ``Authorization:
-Bearer <key>`` (or ``x-api-key``) naming an active key, and acts as its owner. Keys in
+Bearer <key>`` (or ``x-api-key``) naming an active key, and acts as its owner (a
+``Caller``: owner, key id and name, and whether the key is an admin's). Keys in
 query strings are never read, so the decision is the same however a URL is spelled.
 
 Active keys are cached in memory. ``parley keys`` touches ``keys.changed`` in the data
@@ -25,9 +26,9 @@ from urllib.parse import urlsplit
 from starlette.requests import HTTPConnection
 
 from parley.errors import AuthenticationFailed, PermissionDenied
+from parley.identity import LOCAL_CALLER, Caller
 from parley.store.repository import KeyStore
 
-LOCAL_OWNER = "local"
 KEY_PREFIX = "sk-parley-"
 MARKER = "keys.changed"
 
@@ -75,10 +76,10 @@ class Authenticator:
         self._keys = keys
         self._marker = data_dir / MARKER
         self._allow_loopback = allow_loopback_without_keys
-        self._active: dict[str, str] | None = None
+        self._active: dict[str, Caller] | None = None
         self._stamp: int | None = None
 
-    async def _active_keys(self) -> dict[str, str]:
+    async def _active_keys(self) -> dict[str, Caller]:
         try:
             stamp: int | None = os.stat(self._marker).st_mtime_ns
         except FileNotFoundError:
@@ -89,17 +90,20 @@ class Authenticator:
         return self._active
 
     async def owner(self, connection: HTTPConnection) -> str:
+        return (await self.caller(connection)).owner
+
+    async def caller(self, connection: HTTPConnection) -> Caller:
         active = await self._active_keys()
         key = presented_key(connection)
         if active:
-            owner = active.get(hash_key(key)) if key else None
-            if owner is None:
+            caller = active.get(hash_key(key)) if key else None
+            if caller is None:
                 raise AuthenticationFailed(
                     "invalid API key"
                     if key
                     else "missing API key: send Authorization: Bearer <key>"
                 )
-            return owner
+            return caller
         client = connection.client.host if connection.client else None
         if not (self._allow_loopback and is_loopback(client)):
             raise AuthenticationFailed(
@@ -113,4 +117,14 @@ class Authenticator:
                 "keyless loopback access is only for pages and clients on this machine "
                 "(Host and Origin must be loopback); create a key with `parley keys create`"
             )
-        return LOCAL_OWNER
+        return LOCAL_CALLER
+
+    async def admin(self, connection: HTTPConnection) -> Caller:
+        """The caller, who must be an admin (a key made with ``--admin``, or keyless
+        loopback access, which is the machine's operator)."""
+        caller = await self.caller(connection)
+        if not caller.admin:
+            raise PermissionDenied(
+                "this needs an admin key (`parley keys create --admin`)", code="admin_required"
+            )
+        return caller

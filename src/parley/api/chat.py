@@ -83,7 +83,7 @@ async def chatchat_completions(request: Request) -> Response:
 
 async def _chat(request: Request, *, compat: bool) -> Response:
     state: AppState = request.app.state.parley
-    owner = await state.auth.owner(request)
+    caller = await state.auth.caller(request)
     content_type = request.headers.get("content-type", "").lower()
     if content_type and "json" not in content_type:
         raise UnsupportedMediaType(
@@ -105,7 +105,8 @@ async def _chat(request: Request, *, compat: bool) -> Response:
         raise validation_error(exc) from None
     turn = to_turn(
         body,
-        owner=owner,
+        caller=caller,
+        source="chatchat" if compat else "chat.completions",
         limits=state.settings.chat,
         tools=state.tools,
         create_missing=compat,

@@ -6,8 +6,11 @@ from dataclasses import dataclass
 
 from parley.api.auth import Authenticator
 from parley.conversations.service import ConversationService
+from parley.interceptors.chain import InterceptorChain
 from parley.providers.registry import ProviderRegistry
 from parley.settings import Settings
+from parley.store.audit import AuditLog
+from parley.store.database import Database
 from parley.store.repository import ConversationStore, KeyStore
 from parley.tools.registry import ToolRegistry
 
@@ -21,3 +24,6 @@ class AppState:
     keys: KeyStore
     registry: ProviderRegistry
     tools: ToolRegistry
+    interceptors: InterceptorChain
+    audit: AuditLog
+    database: Database

@@ -51,7 +51,7 @@ class TaskRequest(BaseModel):
 async def run_task(request: Request) -> Response:
     """Run the agent on a task and return (or stream) the result."""
     state: AppState = request.app.state.parley
-    owner = await state.auth.owner(request)
+    caller = await state.auth.caller(request)
     raw = await read_body(request, state.settings.server.max_body_bytes)
     try:
         body = TaskRequest.model_validate_json(raw)
@@ -70,7 +70,9 @@ async def run_task(request: Request) -> Response:
     if body.system:
         messages = (text_message("system", body.system), *messages)
     turn = ChatTurn(
-        owner=owner,
+        owner=caller.owner,
+        caller=caller,
+        source="tasks",
         model=body.model,
         messages=messages,
         server_tools=tuple(body.tools or ()),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from parley.conversations.service import ChatTurn, ToolAnswer
 from parley.errors import InvalidRequest
+from parley.identity import Caller
 from parley.messages import (
     ImagePart,
     Message,
@@ -123,7 +124,8 @@ _PASSTHROUGH = sorted(SAMPLING_OPTIONS)
 def to_turn(
     body: ChatCompletionRequest,
     *,
-    owner: str,
+    caller: Caller,
+    source: str = "chat.completions",
     limits: ChatSettings,
     tools: ToolRegistry,
     create_missing: bool = False,
@@ -148,7 +150,9 @@ def to_turn(
                 )
         server_tools = (*server_tools, *(n for n in tool_config if n not in server_tools))
     return ChatTurn(
-        owner=owner,
+        owner=caller.owner,
+        caller=caller,
+        source=source,
         model=body.model,
         messages=messages,
         trailing_answers=trailing,

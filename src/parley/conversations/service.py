@@ -17,7 +17,9 @@ from typing import Any
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.conversations.generation import Generation, Sink, TurnRecord
 from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
+from parley.identity import Caller
 from parley.ids import new_id
+from parley.interceptors.chain import InterceptorChain
 from parley.messages import Message, Part, ToolCallPart, ToolResult, ToolSpec
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
@@ -66,6 +68,10 @@ class ChatTurn:
     """False: run the turn without recording it (the request said ``store: false``)."""
     stream: bool = True
     """False: the client waits for the whole reply."""
+    caller: Caller | None = None
+    """Who asked (None: ``owner`` with no key); the interceptors see it."""
+    source: str = "api"
+    """Which door the request came through (``chat.completions``, ``chatchat``, ...)."""
 
 
 class ConversationService:
@@ -76,6 +82,7 @@ class ConversationService:
         registry: ProviderRegistry,
         tools: ToolRegistry | None = None,
         pricing: PriceCatalog | None = None,
+        chain: InterceptorChain | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -94,6 +101,7 @@ class ConversationService:
             pricing=pricing or PriceCatalog(settings.pricing),
             store=store,
             shutting_down=lambda: self.shutting_down,
+            chain=chain,
         )
 
     @property
@@ -199,6 +207,8 @@ class ConversationService:
             template=template,
             models=[model, *self._fallbacks(model)],
             server_tools=server_tools,
+            caller=turn.caller,
+            source=turn.source,
         )
         return Generation(
             store=self._store,

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from parley.identity import Caller
 from parley.ids import new_id
 from parley.messages import MessageStatus, Part, Role, TextPart, parts_from_json, parts_to_json
 from parley.store.database import Database
@@ -78,6 +79,7 @@ class StoredKey:
     prefix: str
     created_at: float
     revoked_at: float | None
+    admin: bool = False
 
 
 # Hot-path statements are built once: building and keying a statement per call costs
@@ -428,8 +430,10 @@ class KeyStore:
     def __init__(self, database: Database) -> None:
         self._db = database
 
-    async def create(self, owner: str, name: str, key_hash: str, prefix: str) -> StoredKey:
-        key = StoredKey(new_id("key"), owner, name, prefix, time.time(), None)
+    async def create(
+        self, owner: str, name: str, key_hash: str, prefix: str, *, admin: bool = False
+    ) -> StoredKey:
+        key = StoredKey(new_id("key"), owner, name, prefix, time.time(), None, admin)
         await self._db.write(
             lambda conn: conn.execute(
                 api_keys.insert().values(
@@ -439,6 +443,7 @@ class KeyStore:
                     key_hash=key_hash,
                     prefix=prefix,
                     created_at=key.created_at,
+                    admin=admin,
                 )
             )
         )
@@ -448,7 +453,8 @@ class KeyStore:
         def query(conn: Connection) -> list[StoredKey]:
             rows = conn.execute(select(api_keys).order_by(api_keys.c.created_at)).all()
             return [
-                StoredKey(r.id, r.owner, r.name, r.prefix, r.created_at, r.revoked_at) for r in rows
+                StoredKey(r.id, r.owner, r.name, r.prefix, r.created_at, r.revoked_at, r.admin)
+                for r in rows
             ]
 
         return await self._db.read(query)
@@ -467,14 +473,19 @@ class KeyStore:
 
         return await self._db.write(transaction)
 
-    async def active(self) -> dict[str, str]:
-        """Every active key: hash -> owner."""
+    async def active(self) -> dict[str, Caller]:
+        """Every active key: hash -> who it makes the caller."""
 
-        def query(conn: Connection) -> dict[str, str]:
+        def query(conn: Connection) -> dict[str, Caller]:
+            table = api_keys.c
             rows = conn.execute(
-                select(api_keys.c.key_hash, api_keys.c.owner).where(api_keys.c.revoked_at.is_(None))
+                select(table.key_hash, table.owner, table.id, table.name, table.admin).where(
+                    table.revoked_at.is_(None)
+                )
             ).all()
-            return {row.key_hash: row.owner for row in rows}
+            return {
+                row.key_hash: Caller(row.owner, row.id, row.name, bool(row.admin)) for row in rows
+            }
 
         return await self._db.read(query)
 

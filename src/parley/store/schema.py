@@ -6,7 +6,22 @@ Message parts are JSON (see ``messages.parts_to_json``). Every row has an ``owne
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, MetaData, String, Table, Text, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    false,
+    text,
+)
 
 metadata = MetaData()
 
@@ -20,6 +35,7 @@ api_keys = Table(
     Column("prefix", String(16), nullable=False),
     Column("created_at", Float, nullable=False),
     Column("revoked_at", Float, nullable=True),
+    Column("admin", Boolean, nullable=False, server_default=false()),
 )
 
 conversations = Table(
@@ -64,4 +80,50 @@ messages = Table(
         sqlite_where=text("status = 'streaming'"),
         postgresql_where=text("status = 'streaming'"),
     ),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("owner", String(200), nullable=False),
+    Column("key_id", String(40), nullable=False),
+    # model, tool, or detection (the sensitive-content filter's findings)
+    Column("kind", String(16), nullable=False),
+    # the model's public name, the tool's name, or the rule that matched
+    Column("name", String(256), nullable=False),
+    Column("purpose", String(16), nullable=True),
+    Column("source", String(32), nullable=True),
+    Column("conversation_id", String(64), nullable=True),
+    Column("message_id", String(40), nullable=True),
+    Column("call_id", String(64), nullable=True),
+    Column("provider", String(100), nullable=True),
+    Column("upstream_model", String(256), nullable=True),
+    Column("attempt", Integer, nullable=True),
+    Column("input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=True),
+    Column("cost_usd", Float, nullable=True),
+    # a model call's finish reason (or error / cancelled); ok / error for a tool; for a
+    # detection, what was done (replaced, rejected, redacted)
+    Column("outcome", String(64), nullable=False),
+    Column("error_code", String(64), nullable=True),
+    Column("latency_ms", Float, nullable=True),
+    # SHA-256 of the request as sent upstream (model calls) or of the tool's name and
+    # arguments: equal requests have equal hashes, and no content is kept
+    Column("request_hash", String(64), nullable=True),
+    Column("detail", JSON, nullable=True),
+    Index("ix_audit_owner_at", "owner", "at"),
+    Index("ix_audit_at", "at"),
+)
+
+usage_counters = Table(
+    "usage_counters",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("period", String(16), primary_key=True),  # 2026-12-01 (a UTC day), 2026-12
+    Column("tokens", BigInteger, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )

@@ -1,0 +1,226 @@
+"""The agent loop goes through the interceptor chain for every model call (each retry
+and fallback attempt a call of its own) and every tool call, and tells it when the turn
+ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley.conversations.service import ChatTurn, ConversationService
+from parley.errors import InvalidRequest, ParleyError, ProviderError
+from parley.events import Done, Restart, StreamError, TextDelta
+from parley.identity import Caller
+from parley.interceptors.chain import InterceptorChain
+from parley.interceptors.protocol import (
+    CallCancelled,
+    CallInfo,
+    Interceptor,
+    ModelResponse,
+    ToolCall,
+    TurnEnd,
+)
+from parley.messages import TextPart, text_message
+from parley.providers.protocol import ModelRequest
+from parley.providers.registry import ProviderRegistry
+from parley.providers.scripted import ScriptedProvider
+from parley.settings import ModelAlias, ProviderSettings, Settings
+from parley.store.database import Database
+from parley.store.repository import ConversationStore
+from parley.tools.protocol import ToolOutput
+from tests.agent.test_loop import Tools, World, call, run, start, stored_reply, text_of, until
+
+pytestmark = pytest.mark.anyio
+
+
+class Journal(Interceptor):
+    def __init__(self) -> None:
+        self.calls: list[CallInfo] = []
+        self.errors: list[str] = []
+        self.tools: list[tuple[str, dict[str, Any], str]] = []
+        self.ends: list[TurnEnd] = []
+
+    async def before_request(self, request: ModelRequest, call: CallInfo) -> None:
+        self.calls.append(call)
+
+    async def on_error(self, error: ParleyError, call: CallInfo) -> None:
+        self.errors.append(error.code or error.type)
+
+    async def after_tool_call(
+        self, tool_call: ToolCall, output: ToolOutput, call: CallInfo
+    ) -> None:
+        self.tools.append((tool_call.name, tool_call.arguments, output.content))
+
+    async def on_turn_end(self, end: TurnEnd) -> None:
+        self.ends.append(end)
+
+
+MakeWorld = Callable[..., Any]
+
+
+@pytest.fixture
+async def world_with(tmp_path: Path) -> AsyncIterator[MakeWorld]:
+    databases: list[Database] = []
+
+    async def make(*interceptors: Interceptor) -> World:
+        providers = [
+            ProviderSettings(name="primary", kind="scripted", models=["m1"]),
+            ProviderSettings(name="backup", kind="scripted", models=["m2"]),
+        ]
+        settings = Settings(
+            data_dir=tmp_path,
+            providers=providers,
+            agent={"retry_backoff_seconds": [0.01]},  # type: ignore[arg-type]
+            models={"smart": ModelAlias(provider="primary", model="m1", fallbacks=["backup/m2"])},
+        )
+        database = Database(settings)
+        databases.append(database)
+        await database.migrate()
+        store = ConversationStore(database)
+        registry = ProviderRegistry(
+            [(p, ScriptedProvider(p.name)) for p in providers], settings.models, "smart"
+        )
+        tools = Tools()
+        chain = InterceptorChain(interceptors)
+        service = ConversationService(settings, store, registry, tools.registry, chain=chain)
+        return World(service, store, tools)
+
+    yield make
+    for database in databases:
+        await database.dispose()
+
+
+def ask(text: str = "hi") -> ChatTurn:
+    return ChatTurn(
+        owner="me",
+        caller=Caller("me", "key_1", "laptop"),
+        source="chat.completions",
+        model=None,
+        messages=(text_message("user", text),),
+        server_tools=("echo",),
+    )
+
+
+async def test_every_model_call_and_tool_call_goes_through_the_chain(world_with: MakeWorld) -> None:
+    journal = Journal()
+    world: World = await world_with(journal)
+    world.primary.queue(*call("echo", '{"text": "a"}'))
+    world.primary.say("done")
+    generation, events = await run(world, ask())
+    assert text_of(events) == "done"
+    assert [(c.kind, c.name, c.purpose, c.attempt) for c in journal.calls] == [
+        ("model", "smart", "chat", 0),
+        ("model", "smart", "chat", 0),
+    ]
+    first = journal.calls[0]
+    assert first.caller == Caller("me", "key_1", "laptop")
+    assert first.turn.source == "chat.completions"
+    assert first.turn.conversation_id == generation.conversation_id
+    assert first.turn.message_id == generation.message_id
+    assert (first.provider, first.upstream_model) == ("primary", "m1")
+    assert journal.tools == [("echo", {"text": "a"}, "echo: a")]
+    [end] = journal.ends
+    assert (end.text, end.stop_reason, end.tool_calls, end.error) == ("done", "end_turn", 1, None)
+    assert end.usage.input_tokens == 20  # both steps counted
+
+
+async def test_retries_and_fallbacks_are_calls_of_their_own(world_with: MakeWorld) -> None:
+    journal = Journal()
+    world: World = await world_with(journal)
+    for _ in range(2):
+        world.primary.queue(
+            ProviderError("busy", provider="primary", upstream_status=503, retryable=True)
+        )
+    world.backup.say("from backup")
+    _, events = await run(world, ask())
+    assert text_of(events) == "from backup"
+    assert [(c.name, c.provider, c.attempt) for c in journal.calls] == [
+        ("smart", "primary", 0),
+        ("smart", "primary", 1),
+        ("backup/m2", "backup", 2),
+    ]
+    assert journal.errors == ["upstream_error", "upstream_error"]
+
+
+async def test_a_rewrite_replaces_what_is_shown_and_stored(world_with: MakeWorld) -> None:
+    class Polite(Interceptor):
+        async def after_response(self, response: ModelResponse, call: CallInfo) -> ModelResponse:
+            return replace(response, text=response.text.replace("stupid", "unusual"))
+
+    world: World = await world_with(Polite())
+    world.primary.say("a stupid question")
+    generation, events = await run(world, ask())
+    restarts = [e for e in events if isinstance(e, Restart)]
+    assert [(r.reason, r.clear) for r in restarts] == [("rewritten", True)]
+    after = events[events.index(restarts[0]) + 1 :]
+    assert text_of(after) == "a unusual question"
+    stored = await stored_reply(world, generation)
+    assert stored.parts == (TextPart("a unusual question"),)
+
+
+async def test_a_refusal_ends_the_turn_with_its_error(world_with: MakeWorld) -> None:
+    class Closed(Interceptor):
+        order = 10
+
+        async def before_request(self, request: ModelRequest, call: CallInfo) -> None:
+            raise InvalidRequest("closed for lunch", code="closed")
+
+    journal = Journal()
+    world: World = await world_with(Closed(), journal)
+    generation, events = await run(world, ask())
+    assert isinstance(events[-1], StreamError)
+    assert events[-1].error.message == "closed for lunch"
+    assert world.primary.requests == []  # the provider was never called
+    assert journal.ends[0].error is not None
+    assert journal.ends[0].error.code == "closed"
+    stored = await stored_reply(world, generation)
+    assert stored.status == "failed"
+
+
+async def test_the_system_prompt_can_be_shaped_without_touching_history(
+    world_with: MakeWorld,
+) -> None:
+    class Stamp(Interceptor):
+        async def before_request(self, request: ModelRequest, call: CallInfo) -> ModelRequest:
+            return replace(request, messages=(text_message("system", "stamped"), *request.messages))
+
+    world: World = await world_with(Stamp())
+    world.primary.say("ok")
+    generation, _ = await run(world, ask())
+    sent = world.primary.requests[0].messages
+    assert [m.role for m in sent] == ["system", "user"]
+    assert generation.conversation_id is not None
+    branch = await world.store.branch("me", generation.conversation_id)
+    assert [m.role for m in branch] == ["user", "assistant"]
+
+
+async def test_stream_hooks_see_every_chunk(world_with: MakeWorld) -> None:
+    class Upper(Interceptor):
+        def on_stream_event(self, event: Any, call: CallInfo) -> Any:
+            return TextDelta(event.text.upper()) if isinstance(event, TextDelta) else None
+
+    world: World = await world_with(Upper())
+    world.primary.say("quiet words", chunk=3)
+    generation, events = await run(world, ask())
+    assert text_of(events) == "QUIET WORDS"
+    assert (await stored_reply(world, generation)).parts == (TextPart("QUIET WORDS"),)
+
+
+async def test_an_abandoned_turn_still_ends_for_the_interceptors(world_with: MakeWorld) -> None:
+    journal = Journal()
+    world: World = await world_with(journal)
+    world.primary.queue(TextDelta("partial"), 30.0, Done("end_turn"))
+    generation, _ = await start(world, ask())
+    await until(lambda: journal.calls)
+    await asyncio.sleep(0.05)
+    generation.detach(cancel=True)
+    await generation.wait()
+    [end] = journal.ends
+    assert isinstance(end.error, CallCancelled)
+    assert end.text == "partial"
+    assert journal.errors == ["cancelled"]  # the model call itself was abandoned too
