@@ -279,6 +279,9 @@ class SensitiveSettings(_Section):
     on_request: Literal["replace", "reject"] = "replace"
     replacement: str = "***"
     redact_responses: bool = True
+    redact_tool_results: bool = Field(
+        default=True, description="Server tools' results, before the model and client see them."
+    )
     max_pattern_chars: int = Field(
         default=64,
         ge=1,

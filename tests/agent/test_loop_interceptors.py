@@ -124,6 +124,7 @@ async def test_every_model_call_and_tool_call_goes_through_the_chain(world_with:
     assert first.turn.message_id == generation.message_id
     assert (first.provider, first.upstream_model) == ("primary", "m1")
     assert journal.tools == [("echo", {"text": "a"}, "echo: a")]
+    await until(lambda: journal.ends)  # turn-end hooks run in the background
     [end] = journal.ends
     assert (end.text, end.stop_reason, end.tool_calls, end.error) == ("done", "end_turn", 1, None)
     assert end.usage.input_tokens == 20  # both steps counted
@@ -176,6 +177,7 @@ async def test_a_refusal_ends_the_turn_with_its_error(world_with: MakeWorld) -> 
     assert isinstance(events[-1], StreamError)
     assert events[-1].error.message == "closed for lunch"
     assert world.primary.requests == []  # the provider was never called
+    await until(lambda: journal.ends)
     assert journal.ends[0].error is not None
     assert journal.ends[0].error.code == "closed"
     stored = await stored_reply(world, generation)
@@ -220,7 +222,20 @@ async def test_an_abandoned_turn_still_ends_for_the_interceptors(world_with: Mak
     await asyncio.sleep(0.05)
     generation.detach(cancel=True)
     await generation.wait()
+    await until(lambda: journal.ends)
     [end] = journal.ends
     assert isinstance(end.error, CallCancelled)
     assert end.text == "partial"
     assert journal.errors == ["cancelled"]  # the model call itself was abandoned too
+
+
+async def test_calls_that_cannot_run_still_go_through_the_chain(world_with: MakeWorld) -> None:
+    journal = Journal()
+    world: World = await world_with(journal)
+    world.primary.queue(*call("nope", "{}", "c1"))
+    world.primary.queue(*call("echo", "{not json", "c2"))
+    world.primary.say("gave up")
+    await run(world, ask())
+    assert [(name, args) for name, args, _ in journal.tools] == [("nope", {}), ("echo", {})]
+    assert journal.tools[0][2].startswith("Unknown tool 'nope'. Available tools: echo")
+    assert "malformed JSON" in journal.tools[1][2]

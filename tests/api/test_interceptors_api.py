@@ -152,14 +152,23 @@ def test_the_admin_endpoint_shows_the_active_chain(
 
 
 def test_the_logging_interceptor_logs_calls_but_not_prompts(
-    keyed: tuple[ParleyServer, dict[str, str]],
+    keyed: tuple[ParleyServer, dict[str, str]], upstream: MockOpenAI
 ) -> None:
-    server, _ = keyed
+    server, keys = keyed
+    upstream.queue_tool_calls([("call_log", "current_time", "{}")])
+    upstream.queue_text("noted")
+    client(server, keys["alice"]).chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": SECRET_PROMPT}],
+        tools=["current_time"],  # type: ignore[list-item]
+    )
     log = server.log()
     assert re.search(
-        r"model call chat -> fast \(mock\) by alice: messages=1 tools=0 attempt=0", log
+        r"model call chat -> fast \(mock\) by alice: messages=1 tools=1 attempt=0", log
     )
+    assert re.search(r"model call chat -> fast finished: tool_calls in \d+ ms", log)
     assert re.search(r"model call chat -> fast finished: stop in \d+ ms", log)
-    assert "tool current_time call_1: ok" in log
+    assert "tool current_time call_log: ok" in log
+    assert re.search(r"turn msg_\w+ ended: end_turn, 1 tool calls", log)
     assert SECRET_PROMPT not in log
     assert "sk-parley-" not in log

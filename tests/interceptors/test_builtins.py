@@ -142,3 +142,30 @@ async def test_logging_never_shows_content_unless_asked(caplog: pytest.LogCaptur
         assert shown is include
         assert "finished: stop" in caplog.text
         caplog.clear()
+
+
+async def test_a_row_the_database_refuses_never_blocks_the_log(audit: AuditLog) -> None:
+    from parley.store.audit import AuditRecord
+
+    audit.add(AuditRecord("alice", "key_a", "tool", "x" * 1000, "ok"))
+    audit.add(AuditRecord("alice", "key_a", "tool", "bad", "ok", detail={"x": {1, 2}}))
+    audit.add(AuditRecord("alice", "key_a", "tool", "after", "ok"))
+    assert await audit.flush() == 3
+    assert audit.pending == 0
+    rows = await audit.query(owner="alice")
+    assert [r["name"] for r in rows] == ["after", "x" * 256]  # cut to its column
+
+
+async def test_a_backlog_is_hashed_as_it_grows(audit: AuditLog) -> None:
+    from parley.store.audit import EAGER_HASH_BACKLOG, AuditRecord
+
+    request = ModelRequest("m", (text_message("user", "hi"),))
+    for _ in range(EAGER_HASH_BACKLOG + 1):
+        audit.add(AuditRecord("alice", "key_a", "model", "fast", "stop", hash_of=request))
+    queued = list(audit._pending)
+    assert queued[0].hash_of is request
+    assert queued[-1].hash_of is None
+    assert queued[-1].request_hash == request_hash(request)
+    await audit.flush()
+    hashes = {r["request_hash"] for r in await audit.query(owner="alice", limit=2000)}
+    assert hashes == {request_hash(request)}

@@ -93,6 +93,7 @@ def test_rule_files_skip_comments_and_blanks_and_name_their_lines(tmp_path: Path
         "case_sensitive": False,
         "on_request": "replace",
         "redact_responses": True,
+        "redact_tool_results": True,
     }
     assert "hunter2" not in repr(described)
     assert sensitive.name == "sensitive_filter"
@@ -418,3 +419,43 @@ async def test_a_rejection_is_recorded(audit: AuditLog, tmp_path: Path) -> None:
         ("word:1", "rejected", 1),
         ("word:3", "rejected", 1),
     ]
+
+
+async def test_tool_results_are_redacted_before_the_model_and_client_see_them(
+    audit: AuditLog, tmp_path: Path
+) -> None:
+    from parley.interceptors.protocol import ToolCall
+    from parley.tools.protocol import ToolOutput
+
+    sensitive = make_filter()
+    await sensitive.startup(Services(Settings(data_dir=tmp_path), PriceCatalog(), None, audit))
+    call = CallInfo("tool", "web_fetch", TurnInfo(ALICE), purpose="tool", call_id="c1")
+    tool_call = ToolCall("c1", "web_fetch", {"url": "https://example.com"})
+    output = await sensitive.after_tool_call(tool_call, ToolOutput("a bad page"), call)
+    assert output == ToolOutput("a *** page")
+    assert await sensitive.after_tool_call(tool_call, ToolOutput("fine"), call) is None
+    off = make_filter(redact_tool_results=False)
+    assert await off.after_tool_call(tool_call, ToolOutput("a bad page"), call) is None
+    [row] = await audit.query(owner=None, kind="detection")
+    assert (row["name"], row["detail"]) == ("word:1", {"where": "tool", "count": 1})
+
+
+async def test_text_an_inner_interceptor_writes_is_checked_too() -> None:
+    from dataclasses import replace
+
+    from parley.interceptors.protocol import Interceptor, ModelResponse
+
+    class Careless(Interceptor):
+        order = 400  # inside the filter (210): its stream hook never sees this text
+
+        async def after_response(self, response: ModelResponse, call: CallInfo) -> ModelResponse:
+            return replace(response, text=response.text + " and bad")
+
+    async def upstream(_request: ModelRequest) -> AsyncGenerator[Event]:
+        yield TextDelta("all good")
+        yield Done("end_turn")
+
+    chain = InterceptorChain([make_filter(), Careless()])
+    events = [e async for e in chain.stream(make_call(), conversation("hi"), upstream)]
+    assert joined(events, TextDelta).endswith("all good and ***")
+    assert "bad" not in joined(events, TextDelta)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from parley.api.errors import error_response
-from parley.errors import ProviderError
+from parley.errors import InvalidRequest, ProviderError
 from parley.events import Done, Event, TextDelta, UsageEvent
 from parley.identity import Caller
 from parley.interceptors.builtins.usage_limits import (
@@ -391,6 +391,7 @@ async def test_cost_limits_price_the_estimate_and_settle_the_real_cost(
     assert "this request needs about $0.0030" in refusal.value.message
     await limiter.after_response(reply(Usage(1000, 500)), calls[0])  # no cost: priced here
     await limiter.after_response(reply(Usage(1000, 500), 0.0032), calls[1])  # as reported
+    calls[2].opened = True  # the upstream was asked, then the client left
     await limiter.on_error(CallCancelled("gone"), calls[2])  # the prompt only
     tokens, cost, _, month_cost = await used(store)
     assert tokens == 1500 + 1500 + 1000
@@ -465,3 +466,19 @@ async def test_a_call_settling_during_a_check_is_seen_either_held_or_counted(
     await settling
     assert in_flight(limiter) == 0
     assert await used(store) == (600, 0.0, 600, 0.0)
+
+
+async def test_errors_charge_what_the_upstream_reported_and_only_what_it_was_asked(
+    database: Database, store: UsageStore
+) -> None:
+    limiter = await limiter_for(database, {"default": {"tokens_per_day": 100_000}})
+    # an interceptor refused the reply after the upstream reported its usage
+    refused = await run(limiter, ALICE, ask(400))
+    refused.opened, refused.usage = True, Usage(300, 40)
+    await limiter.on_error(InvalidRequest("reply refused"), refused)
+    assert await used(store) == (340, 0.0, 340, 0.0)
+    # cancelled before the upstream was asked (a slow hook, say): nothing is charged
+    early = await run(limiter, ALICE, ask(400))
+    await limiter.on_error(CallCancelled("gone"), early)
+    assert await used(store) == (340, 0.0, 340, 0.0)
+    assert in_flight(limiter) == 0

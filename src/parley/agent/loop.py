@@ -23,8 +23,6 @@ one model call whose tool-call fragments stream to the client as they come.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
@@ -55,7 +53,7 @@ from parley.events import (
     UsageEvent,
 )
 from parley.identity import Caller
-from parley.interceptors.chain import CANCEL_GRACE_SECONDS, InterceptorChain
+from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallCancelled, TurnEnd, TurnInfo
 from parley.messages import STEP_SEPARATOR, Message, ToolCallPart, ToolResult, reply_text
 from parley.providers.pricing import PriceCatalog
@@ -144,25 +142,27 @@ class AgentLoop:
         self, events: AsyncGenerator[Event], turn: TurnState, info: TurnInfo
     ) -> AsyncGenerator[Event]:
         """``events``, telling the interceptors when the turn ends: answered, failed, or
-        abandoned (cancelled, with a short grace for the hooks)."""
+        abandoned (their hooks run in the background)."""
         ended = False
         try:
             async with aclosing(events):
                 async for event in events:
                     if isinstance(event, Done):
                         ended = True
-                        await self._chain.turn_end(_turn_end(info, turn, None))
+                        self._chain.turn_ended(_turn_end(info, turn, None))
                     yield event
         except ParleyError as exc:
             ended = True
-            await self._chain.turn_end(_turn_end(info, turn, exc))
+            self._chain.turn_ended(_turn_end(info, turn, exc))
             raise
-        except (GeneratorExit, asyncio.CancelledError):
+        except Exception as exc:
+            failure = ParleyError(f"internal error: {type(exc).__name__}")
+            self._chain.turn_ended(_turn_end(info, turn, failure))
+            raise
+        except BaseException:
             if not ended:
                 abandoned = CallCancelled("the turn was abandoned before it finished")
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(CANCEL_GRACE_SECONDS):
-                        await self._chain.turn_end(_turn_end(info, turn, abandoned))
+                self._chain.turn_ended(_turn_end(info, turn, abandoned))
             raise
 
     async def _run(

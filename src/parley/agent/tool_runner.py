@@ -23,7 +23,7 @@ import orjson
 from parley.events import Event, ToolFinished, ToolStarted
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, TurnInfo
-from parley.messages import ToolCallPart, ToolResult
+from parley.messages import ToolCallPart, ToolResult, ToolSpec
 from parley.settings import ToolSettings
 from parley.tools.output import finish_output
 from parley.tools.protocol import ToolContext, ToolOutput
@@ -148,16 +148,20 @@ class ToolRunner:
         turn: TurnInfo,
     ) -> ToolOutput:
         tool = self._registry.get(call.name) if call.name in offered else None
-        if tool is None:
-            available = ", ".join(sorted(offered)) or "none"
-            return ToolOutput(
-                f"Unknown tool '{call.name}'. Available tools: {available}.", is_error=True
-            )
         arguments = parse_arguments(call)
-        if isinstance(arguments, ToolOutput):
-            return arguments
         context = context_for(call)
         info = CallInfo("tool", call.name, turn, purpose="tool", call_id=call.id)
+        if tool is None or isinstance(arguments, ToolOutput):
+            # Not run, but still a tool call the interceptors see (and audit).
+            if tool is None:
+                available = ", ".join(sorted(offered)) or "none"
+                answer = ToolOutput(
+                    f"Unknown tool '{call.name}'. Available tools: {available}.", is_error=True
+                )
+            else:
+                assert isinstance(arguments, ToolOutput)
+                answer = arguments
+            return await self._chain.call_tool(_Refused(call.name, answer), {}, context, info)
         # The step's timer (in ``run``) cancels it when its time is up; the chain turns
         # any failure into an error result.
         output = await self._chain.call_tool(tool, arguments, context, info)
@@ -172,6 +176,20 @@ class ToolRunner:
             workspace=context.workspace,
             settings=self._settings,
         )
+
+
+class _Refused:
+    """A stand-in for a call that cannot run (an unknown tool, unreadable arguments):
+    its "run" is the error the model is told."""
+
+    pinned = False
+
+    def __init__(self, name: str, answer: ToolOutput) -> None:
+        self.spec = ToolSpec(name, "", {})
+        self._answer = answer
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        return self._answer
 
 
 def _valid_text(text: str) -> str:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from parley.errors import ParleyError, ProviderError
@@ -89,6 +90,7 @@ class InterceptorChain:
         self._turn_end = having("on_turn_end", outward=True)
         self._wraps_models = bool(self._before or self._on_event or self._after or self._errors)
         self._wraps_tools = bool(self._before_tool or self._after_tool)
+        self._ending: set[asyncio.Task[None]] = set()
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -97,6 +99,7 @@ class InterceptorChain:
             await interceptor.startup(services)
 
     async def shutdown(self) -> None:
+        await self.drain()
         for interceptor in reversed(self.interceptors):
             try:
                 await interceptor.shutdown()
@@ -140,6 +143,7 @@ class InterceptorChain:
             request = await self._through(self._before, "before_request", request, call)
             call.request = request
             done: Done | None = None
+            call.opened = True
             events = open(request)
             async with aclosing(events):
                 async for event in events:
@@ -160,7 +164,7 @@ class InterceptorChain:
                 )
             response = reply.response(done, self._pricing)
             final = await self._through(self._after, "after_response", response, call)
-            for out in _rewrite(response, final, call):
+            for out in _rewrite(response, final, call, reply.reasoning_events):
                 yield out
             finished = True
             yield Done(final.stop_reason)
@@ -223,20 +227,26 @@ class InterceptorChain:
         return error
 
     async def _abandoned(self, call: CallInfo) -> None:
+        """Tell ``on_error`` about an abandoned call, within ``CANCEL_GRACE_SECONDS``."""
         cancelled = CallCancelled("the call was abandoned before it finished")
-        for interceptor in self._errors:
-            try:
-                await interceptor.on_error(cancelled, call)
-            except Exception:
-                log.exception("interceptor %s failed in on_error", label(interceptor))
+        try:
+            async with asyncio.timeout(CANCEL_GRACE_SECONDS):
+                for interceptor in self._errors:
+                    try:
+                        await interceptor.on_error(cancelled, call)
+                    except Exception:
+                        log.exception("interceptor %s failed in on_error", label(interceptor))
+        except TimeoutError:
+            log.warning("on_error hooks of an abandoned call took over %g s", CANCEL_GRACE_SECONDS)
 
     def _failed(self, interceptor: Interceptor, hook: str, exc: Exception) -> None:
         """Apply the interceptor's failure policy to an exception from one of its hooks."""
         name = label(interceptor)
         if closes_on_failure(interceptor):
             log.error("interceptor %s failed in %s (fail closed): %r", name, hook, exc)
-            raise InterceptorFailed(
-                f"interceptor {name!r} failed in {hook}: {type(exc).__name__}: {exc}"
+            raise InterceptorFailed(  # the details are in the log, not for the client
+                f"interceptor {name!r} failed in {hook} ({type(exc).__name__}); "
+                "the call was stopped"
             ) from exc
         log.exception("interceptor %s failed in %s (fail open: skipped)", name, hook)
 
@@ -305,8 +315,7 @@ class InterceptorChain:
         if closes_on_failure(interceptor):
             log.error("interceptor %s failed in %s (fail closed): %r", name, hook, exc)
             return ToolOutput(
-                f"Tool '{tool}' was blocked: interceptor '{name}' failed "
-                f"({type(exc).__name__}: {exc}).",
+                f"Tool '{tool}' was blocked: interceptor '{name}' failed ({type(exc).__name__}).",
                 is_error=True,
             )
         log.exception("interceptor %s failed in %s (fail open: skipped)", name, hook)
@@ -314,12 +323,26 @@ class InterceptorChain:
 
     # --- turns ----------------------------------------------------------------------
 
-    async def turn_end(self, end: TurnEnd) -> None:
+    def turn_ended(self, end: TurnEnd) -> None:
+        """Run the ``on_turn_end`` hooks in the background: the client's last chunk and
+        the final save never wait for them. ``shutdown`` waits for those still running."""
+        if not self._turn_end:
+            return
+        task = asyncio.get_running_loop().create_task(self._turn_end_hooks(end))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def _turn_end_hooks(self, end: TurnEnd) -> None:
         for interceptor in self._turn_end:
             try:
                 await interceptor.on_turn_end(end)
             except Exception:
                 log.exception("interceptor %s failed in on_turn_end", label(interceptor))
+
+    async def drain(self, seconds: float = 10.0) -> None:
+        """Wait (a while) for turn-end hooks still running."""
+        if self._ending:
+            await asyncio.wait(set(self._ending), timeout=seconds)
 
 
 async def run_tool(
@@ -344,7 +367,7 @@ class _Reply:
     def __init__(self, call: CallInfo) -> None:
         self._call = call
         self._text: list[str] = []
-        self._reasoning: list[str] = []
+        self._reasoning: list[ReasoningDelta] = []
         self._calls: dict[int, list[Any]] = {}
         self._usage: Usage | None = None
         self._first: float | None = None
@@ -355,8 +378,8 @@ class _Reply:
         cls = event.__class__
         if cls is TextDelta:
             self._text.append(event.text)  # type: ignore[union-attr]
-        elif cls is ReasoningDelta:
-            self._reasoning.append(event.text)  # type: ignore[union-attr]
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning.append(event)
         elif isinstance(event, ToolCallDelta):
             slot = self._calls.setdefault(event.index, [None, None, []])
             if event.id:
@@ -365,7 +388,11 @@ class _Reply:
                 slot[1] = event.name
             slot[2].append(event.arguments)
         elif isinstance(event, UsageEvent):
-            self._usage = event.usage
+            self._usage = self._call.usage = event.usage
+
+    @property
+    def reasoning_events(self) -> list[ReasoningDelta]:
+        return self._reasoning
 
     def response(self, done: Done, pricing: PriceCatalog | None) -> ModelResponse:
         usage = self._usage
@@ -373,7 +400,7 @@ class _Reply:
         cost = pricing.cost(model, usage) if pricing is not None and usage is not None else None
         return ModelResponse(
             text="".join(self._text),
-            reasoning="".join(self._reasoning),
+            reasoning="".join(r.text for r in self._reasoning),
             tool_calls=tuple(
                 ToolCallPart(slot[0] or f"call_{index}", slot[1], "".join(slot[2]))
                 for index, slot in sorted(self._calls.items())
@@ -387,12 +414,20 @@ class _Reply:
         )
 
 
-def _rewrite(before: ModelResponse, after: ModelResponse, call: CallInfo) -> list[Event]:
+def _rewrite(
+    before: ModelResponse,
+    after: ModelResponse,
+    call: CallInfo,
+    reasoning: list[ReasoningDelta],
+) -> list[Event]:
     """The events that turn the reply the client saw into the one ``after_response``
     returned: nothing when the content is the same (perhaps new usage), else a
-    ``Restart`` and the whole new content."""
+    ``Restart`` and the whole new content. Unchanged reasoning is sent again as it came
+    (its signatures intact); usage an interceptor dropped is kept (it was spent)."""
     if after is before:
         return []
+    if after.usage is None and before.usage is not None:
+        after = replace(after, usage=before.usage)
     if (after.text, after.reasoning, after.tool_calls) == (
         before.text,
         before.reasoning,
@@ -400,7 +435,9 @@ def _rewrite(before: ModelResponse, after: ModelResponse, call: CallInfo) -> lis
     ):
         return [UsageEvent(after.usage)] if after.usage != before.usage and after.usage else []
     out: list[Event] = [Restart("rewritten", call.attempt, call.name, 0.0)]
-    if after.reasoning:
+    if after.reasoning == before.reasoning:
+        out.extend(reasoning)
+    elif after.reasoning:
         out.append(ReasoningDelta(after.reasoning))
     if after.text:
         out.append(TextDelta(after.text))

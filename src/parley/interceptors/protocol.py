@@ -100,6 +100,10 @@ class CallInfo:
     """The tool call's id (tool calls only)."""
     request: ModelRequest | None = None
     """The request as sent upstream, once every ``before_request`` has run."""
+    opened: bool = False
+    """The upstream was asked (a failure before it cost nothing)."""
+    usage: Usage | None = None
+    """The usage the upstream reported so far (failed calls may have some)."""
     started: float = field(default_factory=time.monotonic)
     started_at: float = field(default_factory=time.time)
     data: dict[Any, Any] = field(default_factory=dict)
@@ -118,8 +122,10 @@ class CallInfo:
 class ModelResponse:
     """A model call's whole reply, as the client will have seen it (after the stream
     interceptors). Returning a changed one from ``after_response`` rewrites the reply:
-    streaming clients are told to drop what they were shown (a ``parley.restart``) and
-    get the new content."""
+    what is stored and what the loop acts on is the new one, and a streaming client is
+    sent ``parley.restart`` (drop what was shown) and the new content. Plain OpenAI
+    clients do not know ``parley.restart`` and would show both: to change a streamed
+    reply, change its events in ``on_stream_event`` instead."""
 
     text: str
     reasoning: str
@@ -236,7 +242,8 @@ class Interceptor:
 
     async def on_turn_end(self, end: TurnEnd) -> None:
         """An agent turn is over: answered, stopped, failed, or abandoned (``end.error``
-        is then a ``CallCancelled``, and the hooks get two seconds)."""
+        is then a ``CallCancelled``). Runs in the background, after the client's last
+        chunk; the server waits for it at shutdown."""
 
 
 def overrides(interceptor: Interceptor, hook: str) -> bool:

@@ -3,8 +3,11 @@
 Rows are queued in memory and written in batches (every ``flush_seconds``, and at
 shutdown), so a call never waits for the database: auditing costs a list append on the
 hot path. A row's ``request_hash`` may be given as the request itself; it is hashed
-when the batch is written, off the caller's path. If the database lags, at most
+when the batch is written, off the caller's path (or at once when the writer is far
+behind, so that requests are not held in memory). If the database lags, at most
 ``max_pending`` rows wait; beyond that the oldest are dropped and the loss is logged.
+A batch the database refuses is written row by row: a row it still refuses is dropped
+and logged, so one bad row never blocks the log; text longer than its column is cut.
 
 What does not belong here: deciding what to record (``interceptors/builtins/audit.py``).
 """
@@ -17,11 +20,11 @@ import hashlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, delete, desc, insert, select
+from sqlalchemy import Connection, String, delete, desc, insert, select
 
 from parley.store.database import Database
 from parley.store.schema import audit_log
@@ -59,6 +62,9 @@ class AuditRecord:
     dataclass, a dict); never stored itself."""
 
 
+EAGER_HASH_BACKLOG = 1000
+"""Queued rows beyond which a request is hashed as its row is added, not kept."""
+
 COLUMNS = tuple(f.name for f in fields(AuditRecord) if f.name != "hash_of")
 
 
@@ -89,6 +95,9 @@ class AuditLog:
 
     def add(self, record: AuditRecord) -> None:
         """Queue a row (never blocks)."""
+        if record.hash_of is not None and len(self._pending) >= EAGER_HASH_BACKLOG:
+            # The writer is behind: hash now rather than keep whole requests in memory.
+            record = replace(record, request_hash=request_hash(record.hash_of), hash_of=None)
         if len(self._pending) >= self._max_pending:
             self._pending.popleft()
             self._dropped += 1
@@ -139,11 +148,33 @@ class AuditLog:
             self._pending.clear()
             try:
                 rows = await asyncio.to_thread(_rows, batch)
-                await self._db.write(lambda conn: conn.execute(insert(audit_log), rows))
+                try:
+                    await self._db.write(lambda conn: conn.execute(insert(audit_log), rows))
+                except Exception:
+                    await self._one_by_one(rows)
             except BaseException:
                 self._pending.extendleft(reversed(batch))  # retried with the next batch
                 raise
             return len(batch)
+
+    async def _one_by_one(self, rows: list[dict[str, Any]]) -> None:
+        """After a failed batch: write each row alone and drop the ones the database
+        refuses, so one bad row never blocks the log. If every row fails, the database
+        itself is failing: the batch is kept for later (the exception propagates)."""
+        refused: list[Exception] = []
+        for row in rows:
+
+            def one(conn: Connection, row: dict[str, Any] = row) -> None:
+                conn.execute(insert(audit_log), [row])
+
+            try:
+                await self._db.write(one)
+            except Exception as exc:
+                refused.append(exc)
+        if len(refused) == len(rows):
+            raise refused[0]
+        for problem in refused:
+            log.error("audit log: a row the database refused was dropped: %r", problem)
 
     async def query(
         self,
@@ -158,7 +189,10 @@ class AuditLog:
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Rows, newest first. ``owner`` None means everyone's (admins only)."""
-        await self.flush()  # a row of a call that just ended is visible at once
+        try:
+            await self.flush()  # a row of a call that just ended is visible at once
+        except Exception:
+            log.warning("audit log: queued rows could not be written yet", exc_info=True)
         table = audit_log.c
         query = select(audit_log).order_by(desc(table.id)).limit(limit)
         if owner is not None:
@@ -189,11 +223,23 @@ class AuditLog:
         return await self._db.write(run)
 
 
+_LENGTHS = {
+    column.name: column.type.length
+    for column in audit_log.columns
+    if isinstance(column.type, String) and column.type.length
+}
+"""Text columns' sizes: longer values are cut (PostgreSQL would refuse the row)."""
+
+
 def _rows(batch: list[AuditRecord]) -> list[dict[str, Any]]:
     now = time.time()
     rows = []
     for record in batch:
         row = {name: getattr(record, name) for name in COLUMNS}
+        for name, length in _LENGTHS.items():
+            value = row[name]
+            if isinstance(value, str) and len(value) > length:
+                row[name] = value[:length]
         if not row["at"]:
             row["at"] = now
         if record.hash_of is not None and row["request_hash"] is None:

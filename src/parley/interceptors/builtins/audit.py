@@ -51,10 +51,13 @@ class AuditInterceptor(Interceptor):
 
     async def on_error(self, error: ParleyError, call: CallInfo) -> None:
         cancelled = isinstance(error, CallCancelled)
+        usage = call.usage  # what the upstream reported before the call failed, if any
         self._add(
             call,
             outcome="cancelled" if cancelled else "error",
             error_code=None if cancelled else (error.code or error.type),
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
         )
 
     async def after_tool_call(

@@ -35,8 +35,8 @@ Several hooks on one event run in config order: the first deny wins and replaced
 arguments are handed to the next hook.
 
 What does not belong here: turning settings into interceptors (``builtins/__init__.py``,
-``discovery.py``), the chain's failure policy (``chain.py``), the workspace shell tool
-(``tools/builtins/workspace.py``, whose process-group helpers this module borrows).
+``discovery.py``), the chain's failure policy (``chain.py``), process groups and killing
+them (``processes.py``, shared with the workspace shell tool).
 """
 
 from __future__ import annotations

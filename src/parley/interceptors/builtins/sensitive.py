@@ -12,7 +12,8 @@ Replies: text and reasoning are redacted as they stream, each in its own buffer,
 back just enough that a word split across chunks is still caught and never shown (see
 ``redaction.py``). A change of kind (reasoning to text), a tool call and the end of the
 reply release what is held. Redacted reasoning loses its signature (it would no longer
-verify). Tool-call arguments are left alone.
+verify). Tool results are redacted too (``redact_tool_results``), and so is whatever an
+inner interceptor's ``after_response`` wrote. Tool-call arguments are left alone.
 
 Each detection is counted per call and recorded when the call ends: one audit row
 (kind ``detection``) per rule, where and outcome, naming the rule (``word:words.txt:3``),
@@ -35,18 +36,19 @@ from typing import Any, Literal
 from parley.errors import ConfigurationError, InvalidRequest, ParleyError
 from parley.events import Done, Event, ReasoningDelta, TextDelta, ToolCallDelta
 from parley.interceptors.builtins.redaction import Redaction, Redactor, Rule, StreamRedactor
-from parley.interceptors.protocol import CallInfo, Interceptor, Services
+from parley.interceptors.protocol import CallInfo, Interceptor, ModelResponse, Services, ToolCall
 from parley.messages import Message, Part, TextPart
 from parley.providers.protocol import ModelRequest
 from parley.settings import SensitiveSettings
 from parley.store.audit import AuditLog, AuditRecord
+from parley.tools.protocol import ToolOutput
 
 log = logging.getLogger(__name__)
 
 REQUEST_CACHE_SIZE = 1024
 """Texts whose redaction is remembered: a long history is checked once, not per call."""
 
-Where = Literal["request", "response", "reasoning"]
+Where = Literal["request", "response", "reasoning", "tool"]
 Outcome = Literal["replaced", "rejected", "redacted"]
 
 
@@ -147,6 +149,7 @@ class SensitiveFilter(Interceptor):
             "case_sensitive": settings.case_sensitive,
             "on_request": settings.on_request,
             "redact_responses": settings.redact_responses,
+            "redact_tool_results": settings.redact_tool_results,
         }
 
     def _state(self, call: CallInfo) -> _CallState:
@@ -247,10 +250,42 @@ class SensitiveFilter(Interceptor):
             return [*out, event] if out else None
         return None
 
+    async def after_response(self, response: ModelResponse, call: CallInfo) -> ModelResponse | None:
+        """What an inner interceptor's ``after_response`` wrote never passed the stream
+        filter: check the final reply too (streamed text is already clean: no match)."""
+        if not (self._settings.redact_responses and self.redactor):
+            return None
+        text = self.redactor.redact(response.text)
+        reasoning = self.redactor.redact(response.reasoning)
+        if not (text.detections or reasoning.detections):
+            return None
+        counts: Counter[tuple[Rule, Where, Outcome]] = Counter()
+        counts.update((rule, "response", "redacted") for rule in text.detections)
+        counts.update((rule, "reasoning", "redacted") for rule in reasoning.detections)
+        self._record_counts(call, counts)
+        return replace(response, text=text.text, reasoning=reasoning.text)
+
     async def on_error(self, error: ParleyError, call: CallInfo) -> None:
         state = call.data.pop(self, None)
         if isinstance(state, _CallState):
             self._record(call, state)
+
+    # --- tool results ---------------------------------------------------------------
+
+    async def after_tool_call(
+        self, tool_call: ToolCall, output: ToolOutput, call: CallInfo
+    ) -> ToolOutput | None:
+        """A tool's result reaches the client (``parley.tool``) and the model: redacted
+        like a reply, so a listed word cannot be read back through a tool."""
+        if not (self._settings.redact_tool_results and self.redactor):
+            return None
+        redaction = self.redactor.redact(output.content)
+        if not redaction.detections:
+            return None
+        self._record_counts(
+            call, Counter((rule, "tool", "redacted") for rule in redaction.detections)
+        )
+        return ToolOutput(redaction.text, output.is_error)
 
     # --- detections -----------------------------------------------------------------
 
@@ -258,6 +293,9 @@ class SensitiveFilter(Interceptor):
         counts = state.counts
         counts.update((rule, "response", "redacted") for rule in state.text.detections)
         counts.update((rule, "reasoning", "redacted") for rule in state.reasoning.detections)
+        self._record_counts(call, counts)
+
+    def _record_counts(self, call: CallInfo, counts: Counter[tuple[Rule, Where, Outcome]]) -> None:
         turn = call.turn
         for (rule, where, outcome), count in counts.items():
             log.info(

@@ -8,8 +8,10 @@ price. The call runs only if the key's settled usage (``store/usage.py``), plus 
 this process's calls in flight have reserved, plus this estimate stays within every
 limit; the estimate is then reserved. After the call its real usage (the upstream's
 token counts and cost) is settled into the counters and the reservation released. A
-failed call is released without charge, except an abandoned one (``CallCancelled``): the
-upstream has billed the prompt, so the prompt's estimate is settled. A call counts in
+failed call is released without charge, unless the upstream reported usage before it
+failed (that is settled) or it was abandoned after the upstream was asked
+(``CallCancelled``): the upstream has billed the prompt, so the prompt's estimate is
+settled. A call counts in
 the day and month it started in.
 
 The check and the reservation happen under a per-key lock that settling takes too, so
@@ -233,7 +235,15 @@ class UsageLimiter(Interceptor):
         reservation: _Reservation | None = call.data.pop(self, None)
         if reservation is None:
             return
-        if isinstance(error, CallCancelled):
+        usage = call.usage
+        if usage is not None:
+            # The upstream reported what it spent before the call failed (or before an
+            # interceptor refused the reply): that is what counts.
+            cost = self._pricing.cost(reservation.model, usage)
+            await self._settle(
+                reservation, usage.total_tokens, reservation.cost if cost is None else cost
+            )
+        elif isinstance(error, CallCancelled) and call.opened:
             # Abandoned mid-way: the upstream has read (and billed) the prompt.
             await self._settle(reservation, reservation.input_tokens, reservation.input_cost)
         else:
