@@ -145,17 +145,27 @@ class InterceptorChain:
             done: Done | None = None
             call.opened = True
             events = open(request)
+            add = reply.add
             async with aclosing(events):
-                async for event in events:
-                    for out in self._pass(event, call) if self._on_event else (event,):
-                        if out.__class__ is Done:
-                            assert isinstance(out, Done)
-                            done = out
-                            continue
-                        reply.add(out)
-                        yield out
-                    if done is not None:
-                        break
+                if not self._on_event:  # the common case: one event in, one out
+                    async for event in events:
+                        if event.__class__ is Done:
+                            assert isinstance(event, Done)
+                            done = event
+                            break
+                        add(event)
+                        yield event
+                else:
+                    async for event in events:
+                        for out in self._pass(event, call):
+                            if out.__class__ is Done:
+                                assert isinstance(out, Done)
+                                done = out
+                                continue
+                            add(out)
+                            yield out
+                        if done is not None:
+                            break
             if done is None:
                 raise ProviderError(
                     "upstream stream ended without finishing",
