@@ -148,8 +148,9 @@ async def agent_steps(
         "method": (
             "in-process: ConversationService + Generation + AgentLoop + SQLite (WAL), "
             "scripted provider answering at once (its time subtracted), GC paced as in "
-            "the server; step overhead includes the step's SQLite commit "
-            "(step_commit_ms, also given apart)"
+            "the server; no interceptors (the server's default audit log adds its "
+            "rows: docs/performance.md); step overhead includes the step's SQLite "
+            "commit (step_commit_ms, also given apart)"
         ),
         "levels": levels,
         "engine_only": engine_only,
