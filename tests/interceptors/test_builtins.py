@@ -4,7 +4,7 @@ abandoned calls, and what the logging interceptor writes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,6 @@ from parley.settings import (
     Settings,
 )
 from parley.store.audit import AuditLog, request_hash
-from parley.store.database import Database
 
 pytestmark = pytest.mark.anyio
 
@@ -62,15 +61,6 @@ async def test_metadata_adds_a_system_message_and_respects_its_settings() -> Non
     assert [m.role for m in changed.messages] == ["system", "user"]
     assert "alice" not in changed.messages[0].parts[0].text  # type: ignore[union-attr]
     assert await injector.before_request(request, model_call("title")) is None
-
-
-@pytest.fixture
-async def audit(tmp_path: Path) -> AsyncIterator[AuditLog]:
-    database = Database(Settings(data_dir=tmp_path))
-    await database.migrate()
-    log = AuditLog(database)
-    yield log
-    await database.dispose()
 
 
 async def test_failed_and_abandoned_calls_get_rows(audit: AuditLog, tmp_path: Path) -> None:

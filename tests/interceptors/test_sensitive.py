@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.settings import SensitiveSettings, Settings
 from parley.store.audit import AuditLog
-from parley.store.database import Database
 
 pytestmark = pytest.mark.anyio
 
@@ -352,16 +351,6 @@ async def test_reject_refuses_only_the_newest_user_message() -> None:
 
 
 # --- detections -------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def audit(tmp_path: Path) -> AsyncIterator[AuditLog]:
-    database = Database(Settings(data_dir=tmp_path))
-    await database.migrate()
-    log = AuditLog(database)
-    yield log
-    await log.close()
-    await database.dispose()
 
 
 async def run_chain(
