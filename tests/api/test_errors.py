@@ -170,3 +170,27 @@ def test_garbage_from_upstream_is_a_clean_error(client: openai.OpenAI, upstream:
     with pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(model="fast", messages=HELLO)
     assert caught.value.status_code == 502
+
+
+@pytest.mark.parametrize("content", ["", "   \n\t", [{"type": "text", "text": " "}]])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_empty_new_message_is_refused_before_anything_is_stored(
+    client: openai.OpenAI, upstream: MockOpenAI, parley: ParleyServer, content: object, stream: bool
+) -> None:
+    before = db_rows(parley.db_path, "SELECT COUNT(*) AS n FROM messages")[0]["n"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="fast",
+            messages=[
+                {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": content},  # type: ignore[typeddict-item]
+            ],
+            stream=stream,
+        )
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "empty_message"
+    assert error["param"] == "messages.2.content"
+    assert upstream.requests == []
+    assert db_rows(parley.db_path, "SELECT COUNT(*) AS n FROM messages")[0]["n"] == before

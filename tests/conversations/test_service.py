@@ -12,7 +12,7 @@ from parley.conversations.generation import Generation
 from parley.conversations.service import ChatTurn, ConversationService
 from parley.errors import InvalidRequest, NotFound, ProviderError
 from parley.events import Done, Event, StreamError, TextDelta
-from parley.messages import TextPart, text_message
+from parley.messages import ImagePart, Message, TextPart, text_message
 from parley.providers.registry import ProviderRegistry
 from parley.providers.scripted import ScriptedProvider
 from parley.settings import ProviderSettings, Settings
@@ -142,3 +142,16 @@ async def test_system_only_is_rejected(world: World) -> None:
         await run(
             service, ChatTurn(owner="me", model="scripted", messages=(text_message("system", "s"),))
         )
+
+
+async def test_a_new_message_needs_text_or_an_image(world: World) -> None:
+    service, provider, _ = world
+    for blank in ("", "  \n"):
+        with pytest.raises(InvalidRequest, match="the new user message is empty"):
+            await service.prepare(turn(blank))
+    provider.say("a cat")
+    picture = Message("user", (ImagePart("data:image/png;base64,iVBORw0KGgo="),))
+    image_only = ChatTurn(owner="me", model="scripted", messages=(picture,))
+    generation, events = await run(service, image_only)
+    await drain(generation, events)
+    assert generation.status == "complete"

@@ -20,7 +20,7 @@ from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
-from parley.messages import Message, Part, ToolCallPart, ToolResult, ToolSpec
+from parley.messages import ImagePart, Message, Part, TextPart, ToolCallPart, ToolResult, ToolSpec
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
@@ -169,6 +169,12 @@ class ConversationService:
             history, new, updates = [], list(turn.messages), {}
         if not any(m.role != "system" for m in history + new):
             raise InvalidRequest("messages must contain a non-system message", param="messages")
+        if new and new[-1].role == "user" and not _has_input(new[-1]):
+            raise InvalidRequest(
+                "the new user message is empty: send some text or an image",
+                param=f"messages.{len(turn.messages) - 1}.content",
+                code="empty_message",
+            )
 
         message_id = new_id("msg")
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
@@ -296,6 +302,14 @@ def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
         and not stored[-1].parts
         and stored[-2].role == "user"
         and stored[-2].parts == message.parts
+    )
+
+
+def _has_input(message: Message) -> bool:
+    """Whether a user message says anything: text that is not blank, or an image."""
+    return any(
+        isinstance(part, ImagePart) or (isinstance(part, TextPart) and part.text.strip())
+        for part in message.parts
     )
 
 
