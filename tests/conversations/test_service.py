@@ -155,35 +155,3 @@ async def test_a_new_message_needs_text_or_an_image(world: World) -> None:
     generation, events = await run(service, image_only)
     await drain(generation, events)
     assert generation.status == "complete"
-
-
-async def test_sessions_leave_memory_when_idle(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path, chat={"session_idle_seconds": 0.05})  # type: ignore[arg-type]
-    database = Database(settings)
-    await database.migrate()
-    provider = ScriptedProvider()
-    registry = ProviderRegistry(
-        [(ProviderSettings(name="scripted", kind="scripted"), provider)], {}, None
-    )
-    service = ConversationService(settings, ConversationStore(database), registry)
-    provider.say("one")
-    first, events = await run(service, turn("hi"))
-    await drain(first, events)
-    provider.say("two")
-    second, events = await run(service, turn("again", first.conversation_id))
-    assert len(service._sessions) == 1  # held by the running generation
-    await drain(second, events)
-    await asyncio.sleep(0.2)
-    assert len(service._sessions) == 0
-    await database.dispose()
-
-
-def test_an_interrupted_turn_leaves_no_call_pending() -> None:
-    from parley.conversations.generation import INTERRUPTED_CALL, _close_pending
-    from parley.messages import ToolCallPart, ToolResult
-
-    done = ToolCallPart("c1", "echo", "{}", ToolResult("ok"))
-    pending = ToolCallPart("c2", "echo", "{}")
-    closed = _close_pending((TextPart("working"), done, pending))
-    assert closed[:2] == (TextPart("working"), done)
-    assert closed[2] == pending.answered(ToolResult(INTERRUPTED_CALL, is_error=True))

@@ -16,7 +16,6 @@ from typing import Any
 
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.conversations.generation import Generation, Sink, TurnRecord
-from parley.conversations.sessions import Sessions
 from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
@@ -90,7 +89,6 @@ class ConversationService:
         self._registry = registry
         self._tools = tools or ToolRegistry()
         self._running: set[Generation] = set()
-        self._sessions = Sessions(settings.chat.session_idle_seconds)
         self.shutting_down = False
         self._shutdown_task: asyncio.Future[None] | None = None
         try:
@@ -145,29 +143,10 @@ class ConversationService:
     async def prepare(self, turn: ChatTurn) -> Generation:
         """Check the turn, resolve its model and history; nothing is written yet.
 
-        A stored conversation runs one generation at a time: the one in progress is
-        ended (saved as interrupted, its client told it was superseded) and awaited
-        before the branch is read. Raises the request's errors (unknown model or
-        conversation, bad tool results).
+        Raises the request's errors (unknown model or conversation, bad tool results).
         """
         if self.shutting_down:
             raise Overloaded("the server is shutting down; try again shortly", retry_after=5)
-        if turn.conversation_id is None or not turn.store:
-            generation = await self._prepare(turn)
-            if generation.conversation_id is not None and generation.stored:
-                self._sessions.attach(turn.owner, generation.conversation_id, generation)
-            return generation
-        async with self._sessions.turn(turn.owner, turn.conversation_id):
-            generation = await self._prepare(turn)
-            self._sessions.attach(turn.owner, turn.conversation_id, generation)
-            return generation
-
-    async def cancel(self, owner: str, conversation_id: str) -> Generation | None:
-        """End the conversation's running generation (saved as interrupted); returns it,
-        or None when nothing was running."""
-        return await self._sessions.cancel(owner, conversation_id)
-
-    async def _prepare(self, turn: ChatTurn) -> Generation:
         model = self._registry.resolve(turn.model)
         server_tools = self._server_tools(turn)
         create = turn.conversation_id is None
