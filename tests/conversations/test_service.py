@@ -10,7 +10,7 @@ import pytest
 
 from parley.conversations.generation import Generation
 from parley.conversations.service import ChatTurn, ConversationService
-from parley.errors import InvalidRequest, NotFound, ProviderError
+from parley.errors import InvalidRequest, NotFound, Overloaded, ProviderError
 from parley.events import Done, Event, StreamError, TextDelta
 from parley.messages import ImagePart, Message, TextPart, text_message
 from parley.providers.registry import ProviderRegistry
@@ -155,3 +155,22 @@ async def test_a_new_message_needs_text_or_an_image(world: World) -> None:
     generation, events = await run(service, image_only)
     await drain(generation, events)
     assert generation.status == "complete"
+
+
+async def test_a_generation_aborted_before_it_runs_still_tells_its_client(world: World) -> None:
+    service, provider, store = world
+    provider.say("never said")
+    generation = await service.prepare(turn("hi"))
+    events: list[Event] = []
+
+    async def sink(event: Event) -> None:
+        events.append(event)
+
+    service.start(generation, sink)
+    # the shutdown path: aborted in the same tick, before the task's first step
+    generation.abort(Overloaded("the server is shutting down", retry_after=5))
+    await asyncio.wait_for(generation.wait(), 5)
+    assert [type(e) for e in events] == [StreamError]
+    assert generation.status == "interrupted"
+    assert provider.requests == []
+    assert await store.list_conversations("me", limit=10) == []  # nothing was saved

@@ -91,6 +91,8 @@ class Generation:
         self._task: asyncio.Task[None] | None = None
         self._final: asyncio.Future[None] | None = None
         self._abort_error: ParleyError | None = None
+        self._began = False
+        self._abort_early = False
 
     def start(self, sink: Sink, *, cancel_when_gone: bool) -> None:
         self._sink = sink
@@ -109,9 +111,16 @@ class Generation:
 
     def abort(self, error: ParleyError) -> None:
         """End the generation now (server shutdown): saved as interrupted, and the client
-        (if still there) gets ``error`` as the stream's last event."""
-        if self._task is not None and not self._task.done():
-            self._abort_error = error
+        (if still there) gets ``error`` as the stream's last event. One that has not
+        begun running never does: nothing is saved, and its client gets ``error``."""
+        if self._task is not None and self._task.done():
+            return
+        self._abort_error = error
+        if not self._began:
+            # Cancelling a task before its first step would skip ``_run`` entirely (no
+            # error for the client, who would wait forever): ``_run`` checks this instead.
+            self._abort_early = True
+        elif self._task is not None:
             self._task.cancel()
 
     async def wait(self) -> None:
@@ -134,6 +143,12 @@ class Generation:
                 raise _ClientGone() from exc
 
     async def _run(self) -> None:
+        self._began = True
+        if self._abort_early:  # ended before it began: nothing saved, the client told
+            self.status = "interrupted"
+            with contextlib.suppress(Exception):
+                await self._emit(StreamError(self._abort_error or Overloaded("stopped")))
+            return
         saved = asyncio.ensure_future(self._save_turn())
         saved_ok = False
         turn = self.turn
