@@ -26,6 +26,8 @@ from parley.events import (
     ToolStarted,
     UsageEvent,
 )
+from parley.interceptors.chain import InterceptorChain
+from parley.interceptors.protocol import Interceptor
 from parley.messages import (
     ReasoningPart,
     TextPart,
@@ -106,7 +108,9 @@ MakeWorld = Callable[..., Awaitable[World]]
 async def make_world(tmp_path: Path) -> AsyncIterator[MakeWorld]:
     databases: list[Database] = []
 
-    async def make(**agent: Any) -> World:
+    async def make(*interceptors: Interceptor, **agent: Any) -> World:
+        """A world whose agent settings are ``agent`` and whose calls go through
+        ``interceptors``."""
         providers = [
             ProviderSettings(name="primary", kind="scripted", models=["m1"]),
             ProviderSettings(name="backup", kind="scripted", models=["m2"]),
@@ -128,7 +132,9 @@ async def make_world(tmp_path: Path) -> AsyncIterator[MakeWorld]:
         )
         await database.migrate()
         tools = Tools()
-        return World(ConversationService(settings, store, registry, tools.registry), store, tools)
+        chain = InterceptorChain(interceptors)
+        service = ConversationService(settings, store, registry, tools.registry, chain=chain)
+        return World(service, store, tools)
 
     yield make
     for database in databases:

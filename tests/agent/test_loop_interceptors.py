@@ -5,18 +5,15 @@ ends."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from parley.conversations.service import ChatTurn, ConversationService
+from parley.conversations.service import ChatTurn
 from parley.errors import InvalidRequest, ParleyError, ProviderError
 from parley.events import Done, Restart, StreamError, TextDelta
 from parley.identity import Caller
-from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import (
     CallCancelled,
     CallInfo,
@@ -27,13 +24,17 @@ from parley.interceptors.protocol import (
 )
 from parley.messages import TextPart, text_message
 from parley.providers.protocol import ModelRequest
-from parley.providers.registry import ProviderRegistry
-from parley.providers.scripted import ScriptedProvider
-from parley.settings import ModelAlias, ProviderSettings, Settings
-from parley.store.database import Database
-from parley.store.repository import ConversationStore
 from parley.tools.protocol import ToolOutput
-from tests.agent.test_loop import Tools, World, call, run, start, stored_reply, text_of, until
+from tests.agent.test_loop import (
+    MakeWorld,
+    World,
+    call,
+    run,
+    start,
+    stored_reply,
+    text_of,
+    until,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -60,41 +61,6 @@ class Journal(Interceptor):
         self.ends.append(end)
 
 
-MakeWorld = Callable[..., Any]
-
-
-@pytest.fixture
-async def world_with(tmp_path: Path) -> AsyncIterator[MakeWorld]:
-    databases: list[Database] = []
-
-    async def make(*interceptors: Interceptor) -> World:
-        providers = [
-            ProviderSettings(name="primary", kind="scripted", models=["m1"]),
-            ProviderSettings(name="backup", kind="scripted", models=["m2"]),
-        ]
-        settings = Settings(
-            data_dir=tmp_path,
-            providers=providers,
-            agent={"retry_backoff_seconds": [0.01]},  # type: ignore[arg-type]
-            models={"smart": ModelAlias(provider="primary", model="m1", fallbacks=["backup/m2"])},
-        )
-        database = Database(settings)
-        databases.append(database)
-        await database.migrate()
-        store = ConversationStore(database)
-        registry = ProviderRegistry(
-            [(p, ScriptedProvider(p.name)) for p in providers], settings.models, "smart"
-        )
-        tools = Tools()
-        chain = InterceptorChain(interceptors)
-        service = ConversationService(settings, store, registry, tools.registry, chain=chain)
-        return World(service, store, tools)
-
-    yield make
-    for database in databases:
-        await database.dispose()
-
-
 def ask(text: str = "hi") -> ChatTurn:
     return ChatTurn(
         owner="me",
@@ -106,9 +72,9 @@ def ask(text: str = "hi") -> ChatTurn:
     )
 
 
-async def test_every_model_call_and_tool_call_goes_through_the_chain(world_with: MakeWorld) -> None:
+async def test_every_model_call_and_tool_call_goes_through_the_chain(make_world: MakeWorld) -> None:
     journal = Journal()
-    world: World = await world_with(journal)
+    world: World = await make_world(journal, retry_backoff_seconds=[0.01])
     world.primary.queue(*call("echo", '{"text": "a"}'))
     world.primary.say("done")
     generation, events = await run(world, ask())
@@ -130,9 +96,9 @@ async def test_every_model_call_and_tool_call_goes_through_the_chain(world_with:
     assert end.usage.input_tokens == 20  # both steps counted
 
 
-async def test_retries_and_fallbacks_are_calls_of_their_own(world_with: MakeWorld) -> None:
+async def test_retries_and_fallbacks_are_calls_of_their_own(make_world: MakeWorld) -> None:
     journal = Journal()
-    world: World = await world_with(journal)
+    world: World = await make_world(journal, retry_backoff_seconds=[0.01])
     for _ in range(2):
         world.primary.queue(
             ProviderError("busy", provider="primary", upstream_status=503, retryable=True)
@@ -148,12 +114,12 @@ async def test_retries_and_fallbacks_are_calls_of_their_own(world_with: MakeWorl
     assert journal.errors == ["upstream_error", "upstream_error"]
 
 
-async def test_a_rewrite_replaces_what_is_shown_and_stored(world_with: MakeWorld) -> None:
+async def test_a_rewrite_replaces_what_is_shown_and_stored(make_world: MakeWorld) -> None:
     class Polite(Interceptor):
         async def after_response(self, response: ModelResponse, call: CallInfo) -> ModelResponse:
             return replace(response, text=response.text.replace("stupid", "unusual"))
 
-    world: World = await world_with(Polite())
+    world: World = await make_world(Polite(), retry_backoff_seconds=[0.01])
     world.primary.say("a stupid question")
     generation, events = await run(world, ask())
     restarts = [e for e in events if isinstance(e, Restart)]
@@ -164,7 +130,7 @@ async def test_a_rewrite_replaces_what_is_shown_and_stored(world_with: MakeWorld
     assert stored.parts == (TextPart("a unusual question"),)
 
 
-async def test_a_refusal_ends_the_turn_with_its_error(world_with: MakeWorld) -> None:
+async def test_a_refusal_ends_the_turn_with_its_error(make_world: MakeWorld) -> None:
     class Closed(Interceptor):
         order = 10
 
@@ -172,7 +138,7 @@ async def test_a_refusal_ends_the_turn_with_its_error(world_with: MakeWorld) -> 
             raise InvalidRequest("closed for lunch", code="closed")
 
     journal = Journal()
-    world: World = await world_with(Closed(), journal)
+    world: World = await make_world(Closed(), journal, retry_backoff_seconds=[0.01])
     generation, events = await run(world, ask())
     assert isinstance(events[-1], StreamError)
     assert events[-1].error.message == "closed for lunch"
@@ -185,13 +151,13 @@ async def test_a_refusal_ends_the_turn_with_its_error(world_with: MakeWorld) -> 
 
 
 async def test_the_system_prompt_can_be_shaped_without_touching_history(
-    world_with: MakeWorld,
+    make_world: MakeWorld,
 ) -> None:
     class Stamp(Interceptor):
         async def before_request(self, request: ModelRequest, call: CallInfo) -> ModelRequest:
             return replace(request, messages=(text_message("system", "stamped"), *request.messages))
 
-    world: World = await world_with(Stamp())
+    world: World = await make_world(Stamp(), retry_backoff_seconds=[0.01])
     world.primary.say("ok")
     generation, _ = await run(world, ask())
     sent = world.primary.requests[0].messages
@@ -201,21 +167,21 @@ async def test_the_system_prompt_can_be_shaped_without_touching_history(
     assert [m.role for m in branch] == ["user", "assistant"]
 
 
-async def test_stream_hooks_see_every_chunk(world_with: MakeWorld) -> None:
+async def test_stream_hooks_see_every_chunk(make_world: MakeWorld) -> None:
     class Upper(Interceptor):
         def on_stream_event(self, event: Any, call: CallInfo) -> Any:
             return TextDelta(event.text.upper()) if isinstance(event, TextDelta) else None
 
-    world: World = await world_with(Upper())
+    world: World = await make_world(Upper(), retry_backoff_seconds=[0.01])
     world.primary.say("quiet words", chunk=3)
     generation, events = await run(world, ask())
     assert text_of(events) == "QUIET WORDS"
     assert (await stored_reply(world, generation)).parts == (TextPart("QUIET WORDS"),)
 
 
-async def test_an_abandoned_turn_still_ends_for_the_interceptors(world_with: MakeWorld) -> None:
+async def test_an_abandoned_turn_still_ends_for_the_interceptors(make_world: MakeWorld) -> None:
     journal = Journal()
-    world: World = await world_with(journal)
+    world: World = await make_world(journal, retry_backoff_seconds=[0.01])
     world.primary.queue(TextDelta("partial"), 30.0, Done("end_turn"))
     generation, _ = await start(world, ask())
     await until(lambda: journal.calls)
@@ -229,9 +195,9 @@ async def test_an_abandoned_turn_still_ends_for_the_interceptors(world_with: Mak
     assert journal.errors == ["cancelled"]  # the model call itself was abandoned too
 
 
-async def test_calls_that_cannot_run_still_go_through_the_chain(world_with: MakeWorld) -> None:
+async def test_calls_that_cannot_run_still_go_through_the_chain(make_world: MakeWorld) -> None:
     journal = Journal()
-    world: World = await world_with(journal)
+    world: World = await make_world(journal, retry_backoff_seconds=[0.01])
     world.primary.queue(*call("nope", "{}", "c1"))
     world.primary.queue(*call("echo", "{not json", "c2"))
     world.primary.say("gave up")

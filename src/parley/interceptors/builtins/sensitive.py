@@ -35,12 +35,13 @@ from typing import Any, Literal
 
 from parley.errors import ConfigurationError, InvalidRequest, ParleyError
 from parley.events import Done, Event, ReasoningDelta, TextDelta, ToolCallDelta
+from parley.interceptors.builtins.audit import call_record
 from parley.interceptors.builtins.redaction import Redaction, Redactor, Rule, StreamRedactor
 from parley.interceptors.protocol import CallInfo, Interceptor, ModelResponse, Services, ToolCall
 from parley.messages import Message, Part, TextPart
 from parley.providers.protocol import ModelRequest
 from parley.settings import SensitiveSettings
-from parley.store.audit import AuditLog, AuditRecord
+from parley.store.audit import AuditLog
 from parley.tools.protocol import ToolOutput
 
 log = logging.getLogger(__name__)
@@ -310,16 +311,11 @@ class SensitiveFilter(Interceptor):
             if self._audit is None:
                 continue
             self._audit.add(
-                AuditRecord(
-                    owner=turn.caller.owner,
-                    key_id=turn.caller.key_id,
+                call_record(
+                    call,
                     kind="detection",
                     name=rule.id,
                     outcome=outcome,
-                    purpose=call.purpose,
-                    source=turn.source,
-                    conversation_id=turn.conversation_id,
-                    message_id=turn.message_id,
                     detail={"where": where, "count": count},
                 )
             )
