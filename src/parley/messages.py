@@ -34,6 +34,18 @@ class ImagePart:
 
 
 @dataclass(frozen=True, slots=True)
+class FilePart:
+    """An attached document (the OpenAI ``file`` content part): a ``data:`` URL or bare
+    base64 in ``data``. The document transformer turns it into text for the model; the
+    stored message keeps the file itself."""
+
+    name: str
+    data: str
+    media_type: str | None = None
+    kind: Literal["file"] = "file"
+
+
+@dataclass(frozen=True, slots=True)
 class ReasoningPart:
     """Model reasoning. ``signature`` is the provider's opaque proof (Anthropic thinking)."""
 
@@ -81,7 +93,7 @@ class CitationPart:
     kind: Literal["citation"] = "citation"
 
 
-Part = TextPart | ImagePart | ReasoningPart | ToolCallPart | CitationPart
+Part = TextPart | ImagePart | FilePart | ReasoningPart | ToolCallPart | CitationPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +134,8 @@ def part_to_dict(part: Part) -> dict[str, Any]:
             return {"kind": "text", "text": text}
         case ImagePart(url=url, detail=detail):
             return {"kind": "image", "url": url, "detail": detail}
+        case FilePart(name=name, data=data, media_type=media_type):
+            return {"kind": "file", "name": name, "data": data, "media_type": media_type}
         case ReasoningPart(text=text, signature=signature):
             return {"kind": "reasoning", "text": text, "signature": signature}
         case ToolCallPart():
@@ -159,6 +173,8 @@ def part_from_dict(data: dict[str, Any]) -> Part:
         return TextPart(data["text"])
     if kind == "image":
         return ImagePart(data["url"], data.get("detail"))
+    if kind == "file":
+        return FilePart(data["name"], data["data"], data.get("media_type"))
     if kind == "reasoning":
         return ReasoningPart(data["text"], data.get("signature"))
     if kind == "tool_call":

@@ -16,6 +16,7 @@ from parley.conversations.service import ChatTurn, ToolAnswer
 from parley.errors import InvalidRequest
 from parley.identity import Caller
 from parley.messages import (
+    FilePart,
     ImagePart,
     Message,
     Part,
@@ -49,7 +50,19 @@ class ImageContent(_Wire):
     image_url: ImageURL
 
 
-Content = Annotated[TextContent | ImageContent, Field(discriminator="type")]
+class FileData(_Wire):
+    file_data: str | None = None
+    """A ``data:`` URL or bare base64."""
+    filename: str | None = Field(default=None, max_length=255)
+    file_id: str | None = None
+
+
+class FileContent(_Wire):
+    type: Literal["file"]
+    file: FileData
+
+
+Content = Annotated[TextContent | ImageContent | FileContent, Field(discriminator="type")]
 
 
 class FunctionCall(_Wire):
@@ -212,7 +225,15 @@ def _content_chars(content: str | list[Content] | None) -> int:
         return 0
     if isinstance(content, str):
         return len(content)
-    return sum(len(c.text) if isinstance(c, TextContent) else len(c.image_url.url) for c in content)
+    return sum(_content_item_chars(c) for c in content)
+
+
+def _content_item_chars(item: Content) -> int:
+    if isinstance(item, TextContent):
+        return len(item.text)
+    if isinstance(item, ImageContent):
+        return len(item.image_url.url)
+    return len(item.file.file_data or "")
 
 
 def to_messages(
@@ -276,6 +297,8 @@ def _content_parts(content: str | list[Content] | None, index: int) -> list[Part
     for item in content:
         if isinstance(item, TextContent):
             parts.append(TextPart(item.text))
+        elif isinstance(item, FileContent):
+            parts.append(_file_part(item.file, index))
         else:
             url = item.image_url.url
             if not url.startswith(("http://", "https://", "data:image/")):
@@ -285,6 +308,28 @@ def _content_parts(content: str | list[Content] | None, index: int) -> list[Part
                 )
             parts.append(ImagePart(url, item.image_url.detail))
     return parts
+
+
+def _file_part(file: FileData, index: int) -> FilePart:
+    if file.file_id is not None and not file.file_data:
+        raise InvalidRequest(
+            "file_id is not supported: send the document inline as file_data",
+            param=f"messages.{index}.content",
+            code="unsupported_value",
+        )
+    data = file.file_data or ""
+    if not data:
+        raise InvalidRequest("a file part needs file_data", param=f"messages.{index}.content")
+    media_type = None
+    if data.startswith("data:"):
+        header, _, _ = data.partition(",")
+        if ";base64" not in header:
+            raise InvalidRequest(
+                "file_data must be a base64 data URL or bare base64",
+                param=f"messages.{index}.content",
+            )
+        media_type = header[5:].split(";")[0] or None
+    return FilePart(file.filename or "document", data, media_type)
 
 
 def _text_of(content: str | list[Content] | None) -> str:

@@ -20,7 +20,16 @@ from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
-from parley.messages import ImagePart, Message, Part, TextPart, ToolCallPart, ToolResult, ToolSpec
+from parley.messages import (
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ToolCallPart,
+    ToolResult,
+    ToolSpec,
+)
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
@@ -306,9 +315,9 @@ def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
 
 
 def _has_input(message: Message) -> bool:
-    """Whether a user message says anything: text that is not blank, or an image."""
+    """Whether a user message says anything: text that is not blank, an image or a file."""
     return any(
-        isinstance(part, ImagePart) or (isinstance(part, TextPart) and part.text.strip())
+        isinstance(part, ImagePart | FilePart) or (isinstance(part, TextPart) and part.text.strip())
         for part in message.parts
     )
 
