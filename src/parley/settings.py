@@ -107,6 +107,9 @@ class ServerSettings(_Section):
 class ChatSettings(_Section):
     default_max_tokens: int = 4096
     checkpoint_seconds: float = 1.0
+    session_idle_seconds: float = Field(
+        default=5.0, gt=0, description="An idle conversation session leaves memory after this."
+    )
     max_messages: int = 10_000
     max_message_chars: int = 2_000_000
     max_tools: int = 128

@@ -174,3 +174,66 @@ async def test_a_generation_aborted_before_it_runs_still_tells_its_client(world:
     assert generation.status == "interrupted"
     assert provider.requests == []
     assert await store.list_conversations("me", limit=10) == []  # nothing was saved
+
+
+async def test_sessions_leave_memory_when_idle(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, chat={"session_idle_seconds": 0.05})  # type: ignore[arg-type]
+    database = Database(settings)
+    await database.migrate()
+    provider = ScriptedProvider()
+    registry = ProviderRegistry(
+        [(ProviderSettings(name="scripted", kind="scripted"), provider)], {}, None
+    )
+    service = ConversationService(settings, ConversationStore(database), registry)
+    provider.say("one")
+    first, events = await run(service, turn("hi"))
+    await drain(first, events)
+    provider.say("two")
+    second, events = await run(service, turn("again", first.conversation_id))
+    assert len(service._sessions) == 1  # held by the running generation
+    await drain(second, events)
+    await asyncio.sleep(0.2)
+    assert len(service._sessions) == 0
+    await database.dispose()
+
+
+def test_an_interrupted_turn_leaves_no_call_pending() -> None:
+    from parley.conversations.generation import INTERRUPTED_CALL, _close_pending
+    from parley.messages import ToolCallPart, ToolResult
+
+    done = ToolCallPart("c1", "echo", "{}", ToolResult("ok"))
+    pending = ToolCallPart("c2", "echo", "{}")
+    closed = _close_pending((TextPart("working"), done, pending))
+    assert closed[:2] == (TextPart("working"), done)
+    assert closed[2] == pending.answered(ToolResult(INTERRUPTED_CALL, is_error=True))
+
+
+async def test_a_new_send_while_the_last_reply_is_being_saved_leaves_nobody_waiting(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race that hung clients: the superseding abort landing in the final write."""
+    service, provider, store = world
+    provider.say("first")
+    first, events = await run(service, turn("hi"))
+    await drain(first, events)
+    conversation_id = first.conversation_id
+    assert conversation_id is not None
+
+    writing = asyncio.Event()
+    finish = store.finish
+
+    async def slow_finish(*args: object, **kwargs: object) -> None:
+        writing.set()
+        await asyncio.sleep(0.2)
+        await finish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "finish", slow_finish)
+    provider.say("second")
+    second, second_events = await run(service, turn("again", conversation_id))
+    await asyncio.wait_for(writing.wait(), 5)  # its final write has begun
+    provider.say("third")
+    third, third_events = await run(service, turn("and again", conversation_id))
+    await asyncio.wait_for(drain(third, third_events), 5)
+    assert isinstance(second_events[-1], Done)  # it finished as it was: not cut off
+    assert second.status == "complete"
+    assert isinstance(third_events[-1], Done)

@@ -1,4 +1,5 @@
-"""``/v1/conversations``: list (newest first, paginated), read, rename, delete.
+"""``/v1/conversations``: list (newest first, paginated), read, rename, delete, cancel the
+reply in progress.
 
 Deleting a conversation removes its workspace folder (tool files) too.
 
@@ -94,6 +95,25 @@ async def get_conversation(request: Request, conversation_id: str) -> dict[str, 
     except LookupError:
         raise _not_found(conversation_id) from None
     return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
+
+
+@router.post("/{conversation_id}/cancel")
+async def cancel_generation(request: Request, conversation_id: str) -> dict[str, Any]:
+    """Stop the reply being generated in this conversation (it is saved as interrupted,
+    and its client, if still reading, gets a ``cancelled`` error)."""
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    try:
+        await state.conversations.get_conversation(owner, conversation_id)
+    except LookupError:
+        raise _not_found(conversation_id) from None
+    generation = await state.service.cancel(owner, conversation_id)
+    return {
+        "id": conversation_id,
+        "object": "conversation.cancellation",
+        "cancelled": generation is not None,
+        "message_id": None if generation is None else generation.message_id,
+    }
 
 
 @router.patch("/{conversation_id}")

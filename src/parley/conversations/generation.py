@@ -33,7 +33,7 @@ from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.turn import TurnState
 from parley.errors import NotFound, Overloaded, ParleyError, ProviderError
 from parley.events import FINISH_REASONS, Done, Event, Restart, Status, StepDone, StreamError
-from parley.messages import MessageStatus, Part
+from parley.messages import MessageStatus, Part, ToolCallPart, ToolResult
 from parley.providers.registry import ResolvedModel
 from parley.store.repository import ConversationStore, NewMessage
 
@@ -91,13 +91,34 @@ class Generation:
         self._task: asyncio.Task[None] | None = None
         self._final: asyncio.Future[None] | None = None
         self._abort_error: ParleyError | None = None
+        self.done = False
+        """The generation has ended (or was ended before it started)."""
         self._began = False
         self._abort_early = False
+        self._closing = False
+        """The final state is decided and being written: too late to abort."""
+        self._when_done: list[Callable[[Generation], None]] = []
 
     def start(self, sink: Sink, *, cancel_when_gone: bool) -> None:
         self._sink = sink
         self._cancel_when_gone = cancel_when_gone
         self._task = asyncio.create_task(self._run(), name=f"generation {self.message_id}")
+        self._task.add_done_callback(lambda _: self._ended())
+
+    def when_done(self, callback: Callable[[Generation], None]) -> None:
+        """Call ``callback`` once the generation has ended (at once if it has)."""
+        if self.done:
+            callback(self)
+        else:
+            self._when_done.append(callback)
+
+    def _ended(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        callbacks, self._when_done = self._when_done, []
+        for callback in callbacks:
+            callback(self)
 
     def on_finished(self, callback: Callable[[Generation], None]) -> None:
         assert self._task is not None
@@ -110,17 +131,23 @@ class Generation:
             self._task.cancel()
 
     def abort(self, error: ParleyError) -> None:
-        """End the generation now (server shutdown): saved as interrupted, and the client
-        (if still there) gets ``error`` as the stream's last event. One that has not
-        begun running never does: nothing is saved, and its client gets ``error``."""
-        if self._task is not None and self._task.done():
+        """End the generation now (shutdown, a newer message, a cancel request): saved
+        as interrupted, and the client (if still there) gets ``error`` as the stream's
+        last event. Before it starts, it never will: nothing is saved, and its client
+        gets ``error`` once it attaches."""
+        if self.done or self._closing or self._abort_error is not None:
+            # ending already (aborted once, or finishing on its own): a cancel now could
+            # land in the final write and leave its client without the last event
             return
         self._abort_error = error
         if not self._began:
-            # Cancelling a task before its first step would skip ``_run`` entirely (no
-            # error for the client, who would wait forever): ``_run`` checks this instead.
+            # Not running yet (not started, or its task has not taken its first step:
+            # cancelling it now would skip ``_run`` entirely and leave its client
+            # waiting). ``_run`` sees this on entry and tells the client.
             self._abort_early = True
-        elif self._task is not None:
+            if self._task is None:
+                self._ended()
+        elif self._task is not None and not self._task.done():
             self._task.cancel()
 
     async def wait(self) -> None:
@@ -144,7 +171,7 @@ class Generation:
 
     async def _run(self) -> None:
         self._began = True
-        if self._abort_early:  # ended before it began: nothing saved, the client told
+        if self._abort_early:  # ended before it ran: nothing was saved, nothing will be
             self.status = "interrupted"
             with contextlib.suppress(Exception):
                 await self._emit(StreamError(self._abort_error or Overloaded("stopped")))
@@ -189,10 +216,11 @@ class Generation:
         except ParleyError as exc:
             error = exc
         except (asyncio.CancelledError, _ClientGone) as exc:
+            self._closing = True
             self._final = asyncio.ensure_future(
                 self._finish_after(saved, "interrupted", self._abort_error)
             )
-            await asyncio.shield(self._final)
+            await _unless_failed(self._final)
             if self._abort_error is not None:
                 with contextlib.suppress(Exception):
                     await self._emit(StreamError(self._abort_error))
@@ -202,6 +230,7 @@ class Generation:
         except Exception as exc:  # a bug must not leave the row streaming
             log.exception("generation %s crashed", self.message_id)
             error = ParleyError(f"internal error during generation: {type(exc).__name__}")
+        self._closing = True
         if error is None and turn.stop is not None and turn.stop.code == "shutdown":
             # stopped between steps by a shutdown: unfinished work, and the client is told
             error = Overloaded("the server is shutting down; try again shortly", retry_after=5)
@@ -212,6 +241,11 @@ class Generation:
         else:
             assert done is not None
             await self._close(saved, "complete", None, done)
+
+    @property
+    def stored(self) -> bool:
+        """Whether the turn is recorded (not ``store: false``)."""
+        return self._record is not None
 
     @property
     def cost(self) -> dict[str, float | bool]:
@@ -304,6 +338,8 @@ class Generation:
         usage = {**turn.usage.to_dict(), **self.cost} if turn.model_calls else None
         reason = turn.stop_reason
         parts = turn.parts()
+        if status == "interrupted":
+            parts = _close_pending(parts)
         if error is None and turn.stop is not None:
             error_row: dict[str, str | None] | None = {
                 "message": turn.stop.message,
@@ -330,3 +366,27 @@ class Generation:
                     raise
                 log.warning("saving %s failed; retrying in %.1f s", self.message_id, pause)
                 await asyncio.sleep(pause)
+
+
+async def _unless_failed(final: asyncio.Future[None]) -> None:
+    """Wait for the final write of a cancelled generation, even through a second
+    cancellation (the client still gets its last event); a failed write is logged."""
+    while not final.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(final)
+    if not final.cancelled() and final.exception() is not None:
+        log.error("saving an interrupted reply failed: %s", final.exception())
+
+
+INTERRUPTED_CALL = "[Interrupted: the reply stopped before this call was answered]"
+
+
+def _close_pending(parts: tuple[Part, ...]) -> tuple[Part, ...]:
+    """An interrupted turn's calls left without a result get an "interrupted" one, so no
+    call stays pending in the stored history."""
+    return tuple(
+        part.answered(ToolResult(INTERRUPTED_CALL, is_error=True))
+        if isinstance(part, ToolCallPart) and part.result is None
+        else part
+        for part in parts
+    )

@@ -16,6 +16,7 @@ from typing import Any
 
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.conversations.generation import Generation, Sink, TurnRecord
+from parley.conversations.sessions import Sessions
 from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
@@ -98,6 +99,7 @@ class ConversationService:
         self._registry = registry
         self._tools = tools or ToolRegistry()
         self._running: set[Generation] = set()
+        self._sessions = Sessions(settings.chat.session_idle_seconds)
         self.shutting_down = False
         self._shutdown_task: asyncio.Future[None] | None = None
         try:
@@ -152,10 +154,38 @@ class ConversationService:
     async def prepare(self, turn: ChatTurn) -> Generation:
         """Check the turn, resolve its model and history; nothing is written yet.
 
-        Raises the request's errors (unknown model or conversation, bad tool results).
+        A stored conversation runs one generation at a time: the one in progress is
+        ended (saved as interrupted, its client told it was superseded) and awaited
+        before the branch is read. Raises the request's errors (unknown model or
+        conversation, bad tool results).
         """
         if self.shutting_down:
             raise Overloaded("the server is shutting down; try again shortly", retry_after=5)
+        if turn.conversation_id is None or not turn.store:
+            generation = await self._prepare(turn)
+            if generation.conversation_id is not None and generation.stored:
+                self._sessions.attach(turn.owner, generation.conversation_id, generation)
+            return generation
+        self._check(turn)  # a bad request must not stop the reply in progress
+        async with self._sessions.turn(turn.owner, turn.conversation_id):
+            generation = await self._prepare(turn)
+            self._sessions.attach(turn.owner, turn.conversation_id, generation)
+            return generation
+
+    async def cancel(self, owner: str, conversation_id: str) -> Generation | None:
+        """End the conversation's running generation (saved as interrupted); returns it,
+        or None when nothing was running."""
+        return await self._sessions.cancel(owner, conversation_id)
+
+    def _check(self, turn: ChatTurn) -> None:
+        """The request's own errors, found without reading the conversation."""
+        self._registry.resolve(turn.model)
+        self._server_tools(turn)
+        last = turn.messages[-1] if turn.messages else None
+        if not turn.trailing_answers and last is not None and last.role == "user":
+            _check_input(last, len(turn.messages) - 1)
+
+    async def _prepare(self, turn: ChatTurn) -> Generation:
         model = self._registry.resolve(turn.model)
         server_tools = self._server_tools(turn)
         create = turn.conversation_id is None
@@ -178,12 +208,8 @@ class ConversationService:
             history, new, updates = [], list(turn.messages), {}
         if not any(m.role != "system" for m in history + new):
             raise InvalidRequest("messages must contain a non-system message", param="messages")
-        if new and new[-1].role == "user" and not _has_input(new[-1]):
-            raise InvalidRequest(
-                "the new user message is empty: send some text or an image",
-                param=f"messages.{len(turn.messages) - 1}.content",
-                code="empty_message",
-            )
+        if new and new[-1].role == "user":
+            _check_input(new[-1], len(turn.messages) - 1)
 
         message_id = new_id("msg")
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
@@ -312,6 +338,15 @@ def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
         and stored[-2].role == "user"
         and stored[-2].parts == message.parts
     )
+
+
+def _check_input(message: Message, index: int) -> None:
+    if not _has_input(message):
+        raise InvalidRequest(
+            "the new user message is empty: send some text, an image or a file",
+            param=f"messages.{index}.content",
+            code="empty_message",
+        )
 
 
 def _has_input(message: Message) -> bool:
