@@ -84,25 +84,10 @@ async def chatchat_completions(request: Request) -> Response:
 async def _chat(request: Request, *, compat: bool) -> Response:
     state: AppState = request.app.state.parley
     caller = await state.auth.caller(request)
-    content_type = request.headers.get("content-type", "").lower()
-    if content_type and "json" not in content_type:
-        raise UnsupportedMediaType(
-            f"send the body as application/json, not {content_type[:60]!r}",
-            param="content-type",
-        )
-    raw = await read_body(request, state.settings.server.max_body_bytes)
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    data = await read_json_object(request, state)
     if compat and not data.get("max_tokens"):
         data.pop("max_tokens", None)  # Chatchat: 0 or null means the default
-    try:
-        body = ChatCompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
+    body = chat_request(data)
     turn = to_turn(
         body,
         caller=caller,
@@ -111,14 +96,51 @@ async def _chat(request: Request, *, compat: bool) -> Response:
         tools=state.tools,
         create_missing=compat,
     )
-    generation = await state.service.prepare(turn)
+    return await respond(state, request, body, await state.service.prepare(turn))
+
+
+async def read_json_object(
+    request: Request, state: AppState, *, empty: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The request's JSON object body (``empty`` stands in for no body, when given)."""
+    content_type = request.headers.get("content-type", "").lower()
+    if content_type and "json" not in content_type:
+        raise UnsupportedMediaType(
+            f"send the body as application/json, not {content_type[:60]!r}",
+            param="content-type",
+        )
+    raw = await read_body(
+        request, state.settings.server.max_body_bytes, allow_empty=empty is not None
+    )
+    if empty is not None and not raw.strip():
+        return dict(empty)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    return data
+
+
+def chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+async def respond(
+    state: AppState, request: Request, body: ChatCompletionRequest, generation: Generation
+) -> Response:
+    """Run a prepared generation as the chat-completions response ``body`` asked for."""
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     if body.stream:
         return stream_response(state, generation, include_usage)
     return await _collect(state, generation, request)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, *, allow_empty: bool = False) -> bytes:
     """The request body, refusing more than ``limit`` bytes before reading them all."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -130,7 +152,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise PayloadTooLarge(f"request body larger than {limit} bytes")
         chunks.append(chunk)
-    if not size:
+    if not size and not allow_empty:
         raise InvalidRequest("the request body is empty", code="invalid_json")
     return b"".join(chunks)
 

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from parley.api.state import AppState
 from parley.errors import NotFound
 from parley.messages import TextPart, parts_to_json, reply_text
+from parley.store.branches import Versions
 from parley.store.repository import StoredConversation, StoredMessage
 from parley.tools.workspaces import remove_workspace
 
@@ -29,7 +30,7 @@ class ConversationPatch(BaseModel):
     title: str = Field(min_length=1, max_length=500)
 
 
-def _not_found(conversation_id: str) -> NotFound:
+def not_found(conversation_id: str) -> NotFound:
     return NotFound(
         f"conversation {conversation_id!r} not found",
         param="conversation_id",
@@ -47,8 +48,15 @@ def conversation_json(conversation: StoredConversation) -> dict[str, Any]:
     }
 
 
-def message_json(message: StoredMessage) -> dict[str, Any]:
-    return {
+def message_json(message: StoredMessage, versions: Versions | None = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if versions is not None:
+        extra["versions"] = {
+            "count": len(versions.ids),
+            "index": versions.index,
+            "ids": list(versions.ids),
+        }
+    return extra | {
         "id": message.id,
         "object": "conversation.message",
         "parent_id": message.parent_id,
@@ -89,12 +97,20 @@ async def list_conversations(
 async def get_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
+    return await conversation_body(state, owner, conversation_id)
+
+
+async def conversation_body(state: AppState, owner: str, conversation_id: str) -> dict[str, Any]:
+    """A conversation with its selected branch, each message with its versions."""
     try:
         conversation = await state.conversations.get_conversation(owner, conversation_id)
-        messages = await state.conversations.branch(owner, conversation_id)
+        branch = await state.conversations.branch_versions(owner, conversation_id)
     except LookupError:
-        raise _not_found(conversation_id) from None
-    return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
+        raise not_found(conversation_id) from None
+    return {
+        **conversation_json(conversation),
+        "messages": [message_json(m, versions) for m, versions in branch],
+    }
 
 
 @router.post("/{conversation_id}/cancel")
@@ -106,7 +122,7 @@ async def cancel_generation(request: Request, conversation_id: str) -> dict[str,
     try:
         await state.conversations.get_conversation(owner, conversation_id)
     except LookupError:
-        raise _not_found(conversation_id) from None
+        raise not_found(conversation_id) from None
     generation = await state.service.cancel(owner, conversation_id)
     return {
         "id": conversation_id,
@@ -126,7 +142,7 @@ async def rename_conversation(
         await state.conversations.rename(owner, conversation_id, patch.title)
         conversation = await state.conversations.get_conversation(owner, conversation_id)
     except LookupError:
-        raise _not_found(conversation_id) from None
+        raise not_found(conversation_id) from None
     return conversation_json(conversation)
 
 
@@ -137,7 +153,7 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     try:
         await state.conversations.delete_conversation(owner, conversation_id)
     except LookupError:
-        raise _not_found(conversation_id) from None
+        raise not_found(conversation_id) from None
     await remove_workspace(state.settings.workspace_dir, owner, conversation_id)
     body = {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
     return Response(orjson.dumps(body), media_type="application/json")

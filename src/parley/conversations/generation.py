@@ -55,6 +55,10 @@ class TurnRecord:
     title: str | None
     update_parts: dict[str, tuple[Part, ...]]
     parent_id: str | None = None
+    root: bool = False
+    """The new messages start a new version of the first position."""
+    copy_after: tuple[str, ...] = ()
+    """Messages copied after the new ones (a regenerated reply keeps what followed)."""
 
 
 class _ClientGone(Exception):
@@ -291,6 +295,8 @@ class Generation:
                 title=record.title,
                 update_parts=record.update_parts,
                 parent_id=record.parent_id,
+                root=record.root,
+                copy_after=record.copy_after,
             )
         except LookupError:
             # deleted meanwhile, or (creating) the id is someone else's

@@ -52,6 +52,22 @@ class ToolAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class Anchor:
+    """A regenerate or an edit: the turn answers at a stored message, not at the end.
+
+    - regenerate an assistant message: a new version of it, from the history before it;
+      the messages after it are kept (copied after the new version);
+    - regenerate from a user message: a new reply under it; what followed stays on the
+      old version;
+    - edit (``edit``): the turn's one user message is a new version of this user
+      message, and the reply is generated under it.
+    """
+
+    message_id: str
+    edit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ChatTurn:
     owner: str
     model: str | None
@@ -82,6 +98,8 @@ class ChatTurn:
     """Who asked (None: ``owner`` with no key); the interceptors see it."""
     source: str = "api"
     """Which door the request came through (``chat.completions``, ``chatchat``, ...)."""
+    anchor: Anchor | None = None
+    """Where a regenerate or an edit answers (None: after the current branch)."""
 
 
 class ConversationService:
@@ -177,6 +195,11 @@ class ConversationService:
         or None when nothing was running."""
         return await self._sessions.cancel(owner, conversation_id)
 
+    def running_message(self, owner: str, conversation_id: str) -> str | None:
+        """The id of the reply being generated in the conversation, if any."""
+        generation = self._sessions.generation(owner, conversation_id)
+        return None if generation is None else generation.message_id
+
     def _check(self, turn: ChatTurn) -> None:
         """The request's own errors, found without reading the conversation."""
         self._registry.resolve(turn.model)
@@ -191,7 +214,12 @@ class ConversationService:
         create = turn.conversation_id is None
         parent_id: str | None = None
         prior_cost = 0.0
-        if turn.conversation_id is not None:
+        root = False
+        copy_after: list[str] = []
+        if turn.anchor is not None:
+            history, new, parent_id, root, copy_after, prior_cost = await self._anchored(turn)
+            updates: dict[str, tuple[Part, ...]] = {}
+        elif turn.conversation_id is not None:
             try:
                 history, new, updates, parent_id, prior_cost = await self._continue(turn)
             except NotFound:
@@ -226,6 +254,8 @@ class ConversationService:
                 title=_title(new) if create else None,
                 update_parts=updates,
                 parent_id=parent_id,
+                root=root,
+                copy_after=tuple(copy_after),
             )
         chat = self._settings.chat
         template = ModelRequest(
@@ -290,6 +320,45 @@ class ConversationService:
         if self._shutdown_task is not None and self._shutdown_task.done():
             # prepared before the shutdown began, started after its grace ran out
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
+
+    async def _anchored(
+        self, turn: ChatTurn
+    ) -> tuple[list[Message], list[Message], str | None, bool, list[str], float]:
+        """(history, new messages, their parent, whether they start at the root, ids to
+        copy after the reply, what the kept history's replies cost)."""
+        anchor = turn.anchor
+        assert anchor is not None
+        assert turn.conversation_id is not None
+        try:
+            path, later = await self._store.around(
+                turn.owner, turn.conversation_id, anchor.message_id
+            )
+        except LookupError:
+            raise NotFound(
+                f"message {anchor.message_id!r} not found in conversation {turn.conversation_id!r}",
+                param="message_id",
+                code="message_not_found",
+            ) from None
+        target = path[-1]
+        if anchor.edit:
+            if target.role != "user":
+                raise InvalidRequest(
+                    "only a user message is edited with a new reply; "
+                    "an assistant message is edited without one",
+                    param="message_id",
+                )
+            kept, new, parent, copy = path[:-1], list(turn.messages), target.parent_id, []
+        elif target.role == "assistant":
+            if target.parent_id is None:
+                raise InvalidRequest("this reply has nothing to answer", param="message_id")
+            kept, new, parent, copy = path[:-1], [], target.parent_id, later
+        elif target.role == "user":
+            kept, new, parent, copy = path, [], target.id, []
+        else:
+            raise InvalidRequest("a system message cannot be regenerated", param="message_id")
+        history = [Message(m.role, m.parts) for m in kept if _usable(m)]
+        cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in kept)
+        return history, new, parent, parent is None, copy, cost
 
     async def _continue(
         self, turn: ChatTurn

@@ -87,6 +87,12 @@ class Sessions:
 
         generation.when_done(ended)
 
+    def generation(self, owner: str, conversation_id: str) -> Generation | None:
+        """The conversation's generation, while it runs."""
+        session = self._sessions.get((owner, conversation_id))
+        generation = session.generation if session is not None else None
+        return None if generation is None or generation.done else generation
+
     async def cancel(self, owner: str, conversation_id: str) -> Generation | None:
         """End the conversation's generation, if one is running; returns it."""
         session = self._sessions.get((owner, conversation_id))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.messages import MessageStatus, Part, Role, TextPart, parts_from_json, parts_to_json
+from parley.store.branches import BranchOps, Versions, copy_rows, load_tree
 from parley.store.database import Database
 from parley.store.schema import api_keys, conversations, messages
 
@@ -117,7 +119,7 @@ _HEAD = select(conversations.c.head_id).where(
 )
 
 
-class ConversationStore:
+class ConversationStore(BranchOps):
     def __init__(self, database: Database) -> None:
         self._db = database
 
@@ -133,13 +135,18 @@ class ConversationStore:
         title: str | None = None,
         update_parts: dict[str, tuple[Part, ...]] | None = None,
         parent_id: str | None = None,
+        root: bool = False,
+        copy_after: Sequence[str] = (),
     ) -> None:
         """Write a turn's new messages (ids made by the caller) in one transaction.
 
         With ``create`` the conversation is created too; otherwise the messages are
-        appended to its current branch, or under ``parent_id`` when given. The last new
-        message becomes the branch head. ``update_parts`` replaces the parts of existing
-        messages (tool results a client sends for calls stored earlier). Raises
+        appended to its current branch, or under ``parent_id`` when given (at the root
+        with ``root``: a new version of the first message). ``copy_after`` names
+        messages copied, in order, after the new ones (the later messages a regenerated
+        reply keeps). The last message written becomes the branch head. ``update_parts``
+        replaces the parts of existing messages (tool results a client sends for calls
+        stored earlier). Raises
         LookupError when the conversation is missing, someone else's, or (``create``)
         its id is taken.
         """
@@ -163,7 +170,7 @@ class ConversationStore:
                     )
                 except IntegrityError:
                     raise LookupError(conversation_id) from None
-            elif parent is None:
+            elif parent is None and not root:
                 parent = _head(conn, owner, conversation_id)
             elif not _owned(conn, owner, conversation_id):
                 raise LookupError(conversation_id)
@@ -200,6 +207,12 @@ class ConversationStore:
                 parent = message.id
             if rows:
                 conn.execute(_INSERT_MESSAGES, rows)
+            if copy_after:
+                tree = load_tree(conn, owner, conversation_id)
+                later = [tree.rows[i] for i in copy_after if i in tree.rows]
+                parent = copy_rows(
+                    conn, later, conversation_id=conversation_id, parent_id=parent, now=now
+                )
             if not create:
                 conn.execute(
                     _MOVE_HEAD, {"b_id": conversation_id, "head_id": parent, "updated_at": now}
@@ -283,6 +296,31 @@ class ConversationStore:
                 cursor = row["parent_id"]
             chain.reverse()
             return chain
+
+        return await self._db.read(query)
+
+    async def branch_versions(
+        self, owner: str, conversation_id: str
+    ) -> list[tuple[StoredMessage, Versions]]:
+        """The current branch, each message with the versions at its position."""
+
+        def query(conn: Connection) -> list[tuple[StoredMessage, Versions]]:
+            tree = load_tree(conn, owner, conversation_id)
+            return [(_message(row), tree.versions(row)) for row in tree.path_to(tree.head)]
+
+        return await self._db.read(query)
+
+    async def around(
+        self, owner: str, conversation_id: str, message_id: str
+    ) -> tuple[list[StoredMessage], list[str]]:
+        """(root .. ``message_id``, the ids that follow it on the branch a reader sees
+        through it). LookupError: no such conversation or message."""
+
+        def query(conn: Connection) -> tuple[list[StoredMessage], list[str]]:
+            tree = load_tree(conn, owner, conversation_id)
+            if message_id not in tree.rows:
+                raise LookupError(message_id)
+            return [_message(row) for row in tree.path_to(message_id)], tree.after(message_id)
 
         return await self._db.read(query)
 

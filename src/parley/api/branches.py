@@ -1,0 +1,175 @@
+"""Branch routes under ``/v1/conversations/{id}``: regenerate, edit, select a version,
+delete a version, fork.
+
+Regenerate and edit answer exactly like ``POST /v1/chat/completions`` (streaming or not,
+the same chunks, errors and extension fields); their bodies take the same sampling and
+tool fields, every one optional (``messages`` and ``conversation_id`` come from the
+route). Select, delete and fork answer with the conversation as ``GET`` shows it.
+
+What does not belong here: what a regenerate or an edit sends to the model
+(``conversations/service.py``), how versions are stored (``store/branches.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from parley.api.chat import chat_request, read_json_object, respond
+from parley.api.conversations import conversation_body, not_found
+from parley.api.state import AppState
+from parley.api.wire import to_turn
+from parley.conversations.service import Anchor
+from parley.errors import InvalidRequest, NotFound, ParleyError
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message_id: str | None = Field(default=None, max_length=40)
+    """The last message to copy (default: the whole current branch)."""
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+def _message_not_found(message_id: str) -> NotFound:
+    return NotFound(
+        f"message {message_id!r} not found", param="message_id", code="message_not_found"
+    )
+
+
+@router.post("/{conversation_id}/messages/{message_id}/regenerate")
+async def regenerate(request: Request, conversation_id: str, message_id: str) -> Response:
+    """A new version of an assistant message (what followed it is kept), or a new reply
+    to a user message."""
+    return await _answer_at(request, conversation_id, message_id, edit=False)
+
+
+@router.post("/{conversation_id}/messages/{message_id}/edit")
+async def edit(request: Request, conversation_id: str, message_id: str) -> Response:
+    """A new version of a user message (``content``, as in a chat message) and a new
+    reply to it."""
+    return await _answer_at(request, conversation_id, message_id, edit=True)
+
+
+async def _answer_at(
+    request: Request, conversation_id: str, message_id: str, *, edit: bool
+) -> Response:
+    state: AppState = request.app.state.parley
+    caller = await state.auth.caller(request)
+    data = await read_json_object(request, state, empty=None if edit else {})
+    for name in ("messages", "conversation_id"):
+        if name in data:
+            raise InvalidRequest(f"{name} comes from the route here", param=name)
+    if edit:
+        if "content" not in data:
+            raise InvalidRequest("send the message's new content", param="content")
+        data["messages"] = [{"role": "user", "content": data.pop("content")}]
+    else:
+        data["messages"] = []
+    if data.get("model") is None:
+        data["model"] = await _model_of(state, caller.owner, conversation_id, message_id)
+    body = chat_request(data)
+    turn = to_turn(
+        body,
+        caller=caller,
+        source="chat.completions",
+        limits=state.settings.chat,
+        tools=state.tools,
+    )
+    turn = replace(
+        turn,
+        conversation_id=conversation_id,
+        anchor=Anchor(message_id, edit=edit),
+        store=True,
+    )
+    return await respond(state, request, body, await state.service.prepare(turn))
+
+
+async def _model_of(
+    state: AppState, owner: str, conversation_id: str, message_id: str
+) -> str | None:
+    """The model that wrote the reply being redone, when it still exists (a regenerate
+    without ``model`` uses it); None means the default."""
+    try:
+        path, _ = await state.conversations.around(owner, conversation_id, message_id)
+    except LookupError:
+        return None  # the service reports it
+    model = path[-1].model if path[-1].role == "assistant" else None
+    if model is None:
+        return None
+    try:
+        state.registry.resolve(model)
+    except ParleyError:
+        return None  # gone from the configuration since: the default answers
+    return model
+
+
+@router.post("/{conversation_id}/messages/{message_id}/select")
+async def select_version(request: Request, conversation_id: str, message_id: str) -> Response:
+    """Make this version the selected one at its position; the branch continues where it
+    was last left below it."""
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    await _owned(state, owner, conversation_id)
+    try:
+        await state.conversations.select_version(owner, conversation_id, message_id)
+    except LookupError:
+        raise _message_not_found(message_id) from None
+    return _json(await conversation_body(state, owner, conversation_id))
+
+
+@router.delete("/{conversation_id}/messages/{message_id}")
+async def delete_version(request: Request, conversation_id: str, message_id: str) -> Response:
+    """Delete one version and everything after it. A reply being generated below it is
+    stopped first."""
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    await _owned(state, owner, conversation_id)
+    tree = await state.conversations.tree(owner, conversation_id)
+    if message_id not in tree.rows:
+        raise _message_not_found(message_id)
+    running = state.service.running_message(owner, conversation_id)
+    if running is not None and running in tree.subtree(message_id):
+        await state.service.cancel(owner, conversation_id)
+    try:
+        await state.conversations.delete_version(owner, conversation_id, message_id)
+    except LookupError:
+        raise _message_not_found(message_id) from None
+    return _json(await conversation_body(state, owner, conversation_id))
+
+
+@router.post("/{conversation_id}/fork")
+async def fork(request: Request, conversation_id: str) -> Response:
+    """A new conversation with a copy of the current branch (up to ``message_id``)."""
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    data = await read_json_object(request, state, empty={})
+    try:
+        body = ForkRequest.model_validate(data)
+    except ValueError as exc:
+        raise InvalidRequest(f"bad fork request: {exc}") from None
+    await _owned(state, owner, conversation_id)
+    try:
+        fork_id = await state.conversations.fork(
+            owner, conversation_id, body.message_id, body.title
+        )
+    except LookupError:
+        raise _message_not_found(body.message_id or "") from None
+    return _json(await conversation_body(state, owner, fork_id), status=201)
+
+
+async def _owned(state: AppState, owner: str, conversation_id: str) -> None:
+    try:
+        await state.conversations.get_conversation(owner, conversation_id)
+    except LookupError:
+        raise not_found(conversation_id) from None
+
+
+def _json(body: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
