@@ -18,7 +18,17 @@ import httpx
 from fastapi import FastAPI, Request
 
 from parley import __version__
-from parley.api import admin, chat, conversations, errors, models, tasks, usage
+from parley.api import (
+    admin,
+    assistants,
+    branches,
+    chat,
+    conversations,
+    errors,
+    models,
+    tasks,
+    usage,
+)
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
@@ -29,6 +39,7 @@ from parley.pacer import pace_garbage_collection
 from parley.providers.pricing import PriceCatalog
 from parley.providers.registry import build_registry
 from parley.settings import Settings
+from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.database import Database
 from parley.store.repository import ConversationStore, KeyStore
@@ -84,6 +95,7 @@ def create_app(settings: Settings) -> FastAPI:
             interceptors=chain,
             audit=audit,
             database=database,
+            assistants=AssistantStore(database),
         )
         if not await keys.active():
             log.warning(
@@ -120,9 +132,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(conversations.router)
+    app.include_router(branches.router)
     app.include_router(tasks.router)
     app.include_router(admin.router)
     app.include_router(usage.router)
+    app.include_router(assistants.router)
 
     @app.get("/health", tags=["health"])
     async def health(request: Request) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from parley.conversations.service import ConversationService
 from parley.interceptors.chain import InterceptorChain
 from parley.providers.registry import ProviderRegistry
 from parley.settings import Settings
+from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.database import Database
 from parley.store.repository import ConversationStore, KeyStore
@@ -27,3 +28,4 @@ class AppState:
     interceptors: InterceptorChain
     audit: AuditLog
     database: Database
+    assistants: AssistantStore

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     false,
     text,
 )
@@ -126,4 +127,30 @@ usage_counters = Table(
     Column("cost_usd", Float, nullable=False),
     Column("calls", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+# named presets per owner (store/assistants.py); structured settings are validated JSON
+assistants = Table(
+    "assistants",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("system_prompt", Text, nullable=False),
+    Column("model", String(256), nullable=True),
+    Column("sampling", JSON, nullable=False),
+    Column("reasoning_effort", String(16), nullable=True),
+    Column("tools", JSON, nullable=False),
+    Column("tool_policies", JSON, nullable=False),
+    Column("knowledge_bases", JSON, nullable=False),
+    Column("memory", JSON, nullable=False),
+    Column("regex_rules", JSON, nullable=False),
+    Column("transformers", JSON, nullable=False),
+    Column("generate_titles", Boolean, nullable=False),
+    Column("generate_suggestions", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("owner", "name", name="uq_assistants_owner_name"),
+    Index("ix_assistants_owner_created", "owner", "created_at"),
 )
