@@ -1,0 +1,340 @@
+"""Output transformers: think tags become reasoning, and regex rules rewrite replies.
+
+Pure and synchronous: text goes in, text (or stream events) comes out. Choosing the rules
+for a conversation, persisting, and saving images (``images.py``) belong elsewhere.
+
+**Think tags.** ``ThinkTagSplitter`` turns ``<think>…</think>`` and
+``<thinking>…</thinking>`` (ASCII, any case) in streamed model text into reasoning. A
+block opened by ``<think>`` ends only at ``</think>`` and one opened by ``<thinking>``
+only at ``</thinking>``; any other tag, and a closing tag outside a block, is plain text.
+Whitespace right after a tag (the start of the reasoning, the start of the text that
+follows it) is dropped, once per tag; an unclosed block simply ends with the stream.
+However the text is split into chunks, the events carry the same text and reasoning in
+the same order as feeding it whole; the splitter holds back only a possible tag prefix
+(a ``<`` and at most 9 more characters), never text that cannot begin a tag.
+
+**Regex rules.** A ``RegexRule`` applies to user and/or assistant messages. A storage
+rule (``display_only=False``) rewrites the text that is saved (and so later sent to the
+model); a display-only rule rewrites only what is shown, never what is stored. Rules run
+in the order given, each over the whole output of the one before (``re.sub``), with
+Python's replacement syntax (``\\1``, ``\\g<name>``).
+
+``DisplayRewriter`` applies rules to a stream. Its output joined equals ``apply_rules``
+on the whole text, however the text is split, provided every match, together with what
+its pattern looks at around it, spans at most ``max_match_chars`` characters from where
+the match starts (look-behinds: at most that many before it). A match that needs more
+(``\\d+`` over a long run of digits) is not guaranteed while streaming: it may be cut
+where the stream was. Each rule holds back at most ``max_match_chars`` characters, less
+when its pattern has no look-ahead and a bounded width (``foo`` holds back 5).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from parley.events import ReasoningDelta, TextDelta
+from parley.messages import Part, Role, TextPart
+
+# --- think tags ----------------------------------------------------------------------
+
+_OPENERS = ("<think>", "<thinking>")
+_CLOSERS = {"<think>": ("</think>",), "<thinking>": ("</thinking>",)}
+_LONGEST_TAG = len("</thinking>")
+
+ThinkDelta = TextDelta | ReasoningDelta
+
+
+class ThinkTagSplitter:
+    """One stream of model text: ``feed`` each chunk, ``finish`` at the end."""
+
+    __slots__ = ("_closers", "_pending", "_strip")
+
+    def __init__(self) -> None:
+        self._closers: tuple[str, ...] = ()
+        """Inside a block: the tag that ends it; outside: empty."""
+        self._pending = ""
+        self._strip = False
+
+    @property
+    def in_reasoning(self) -> bool:
+        return bool(self._closers)
+
+    @property
+    def pending(self) -> str:
+        """The text held back: a possible beginning of a tag (maybe "")."""
+        return self._pending
+
+    def feed(self, text: str) -> list[ThinkDelta]:
+        """Add a chunk; returns the events it completes (no empty ones)."""
+        if not self._pending and not self._strip and "<" not in text:
+            if not text:
+                return []
+            return [ReasoningDelta(text) if self._closers else TextDelta(text)]
+        buffer = self._pending + text
+        self._pending = ""
+        out: list[ThinkDelta] = []
+        start = search = 0
+        while (lt := buffer.find("<", search)) != -1:
+            tags = self._closers or _OPENERS
+            head = buffer[lt : lt + _LONGEST_TAG]
+            found, partial = _tag_at(head, tags)
+            if found:
+                self._emit(buffer[start:lt], out)
+                self._closers = () if self._closers else _CLOSERS[found]
+                self._strip = True
+                start = search = lt + len(found)
+            elif partial:  # the buffer ends inside what may still become a tag
+                self._emit(buffer[start:lt], out)
+                self._pending = buffer[lt:]
+                return out
+            else:
+                search = lt + 1
+        self._emit(buffer[start:], out)
+        return out
+
+    def feed_event(self, event: TextDelta) -> list[ThinkDelta]:
+        """``feed(event.text)``, handing back ``event`` itself when it passes unchanged
+        (the common case: plain text outside a block; no new event is built)."""
+        if not self._pending and not self._strip and not self._closers and "<" not in event.text:
+            return [event] if event.text else []
+        return self.feed(event.text)
+
+    def finish(self) -> list[ThinkDelta]:
+        """The stream ended: a held-back prefix is plain text; an open block ends."""
+        out: list[ThinkDelta] = []
+        self._emit(self._pending, out)
+        self._pending, self._closers, self._strip = "", (), False
+        return out
+
+    def _emit(self, text: str, out: list[ThinkDelta]) -> None:
+        if self._strip:
+            text = text.lstrip()
+            if text:
+                self._strip = False
+        if not text:
+            return
+        if self._closers:
+            if out and isinstance(out[-1], ReasoningDelta):
+                text = out.pop().text + text
+            out.append(ReasoningDelta(text))
+        else:
+            if out and isinstance(out[-1], TextDelta):
+                text = out.pop().text + text
+            out.append(TextDelta(text))
+
+
+def _tag_at(head: str, tags: tuple[str, ...]) -> tuple[str | None, bool]:
+    """(the tag ``head`` starts with, or None; whether ``head`` is a proper prefix of one)."""
+    partial = False
+    for tag in tags:
+        candidate = head[: len(tag)]
+        if not candidate.isascii():
+            continue
+        if len(candidate) == len(tag):
+            if candidate.lower() == tag:
+                return tag, False
+        elif tag.startswith(candidate.lower()):
+            partial = True
+    return None, partial
+
+
+def split_think_tags(text: str) -> tuple[str, str]:
+    """A finished text as (text, reasoning), exactly as a stream of it would give them."""
+    splitter = ThinkTagSplitter()
+    events = splitter.feed(text) + splitter.finish()
+    plain = "".join(e.text for e in events if isinstance(e, TextDelta))
+    return plain, "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+
+
+# --- regex rules ---------------------------------------------------------------------
+
+RuleRole = Literal["user", "assistant"]
+_ROLES: frozenset[str] = frozenset({"user", "assistant"})
+
+
+@dataclass(frozen=True, slots=True)
+class RegexRule:
+    """Replace ``pattern`` with ``replacement`` in the messages of ``roles``."""
+
+    pattern: str
+    replacement: str = ""
+    roles: frozenset[RuleRole] = frozenset({"assistant"})
+    display_only: bool = False
+    """Only what is shown changes; the stored (and model-bound) text keeps the match."""
+    name: str = ""
+    """For error messages and settings; the pattern stands in when empty."""
+    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        label = f"regex rule {self.name or self.pattern!r}"
+        if not self.roles or not set(self.roles) <= _ROLES:
+            raise ValueError(f"{label}: roles must be 'user' and/or 'assistant': {self.roles}")
+        try:
+            compiled = re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(f"{label}: bad regular expression {self.pattern!r}: {exc}") from None
+        try:
+            _check_replacement(compiled, self.replacement)
+        except (re.error, IndexError) as exc:
+            raise ValueError(f"{label}: bad replacement {self.replacement!r}: {exc}") from None
+        object.__setattr__(self, "compiled", compiled)
+
+    def applies(self, role: Role, *, for_storage: bool) -> bool:
+        return role in self.roles and self.display_only != for_storage
+
+
+def _check_replacement(compiled: re.Pattern[str], replacement: str) -> None:
+    """Raise ``re.error`` for a replacement naming a group the pattern lacks."""
+    compile_template = getattr(re, "_compile_template", None)  # Python 3.12+
+    if compile_template is not None:
+        compile_template(compiled, replacement)
+        return
+    compile_repl = getattr(re, "_compile_repl", None)  # Python 3.11
+    if compile_repl is not None:
+        compile_repl(replacement, compiled)
+
+
+def apply_rules(text: str, rules: Iterable[RegexRule], role: Role, *, for_storage: bool) -> str:
+    """``text`` after the rules for ``role``: the storage rules (``for_storage``, for a
+    finished reply or a user message before it is saved) or the display-only ones (for
+    showing stored text)."""
+    for rule in rules:
+        if rule.applies(role, for_storage=for_storage):
+            text = rule.compiled.sub(rule.replacement, text)
+    return text
+
+
+def rewrite_parts(
+    parts: Sequence[Part], rules: Sequence[RegexRule], role: Role, *, for_storage: bool
+) -> tuple[Part, ...]:
+    """``apply_rules`` on each text part; other parts (images, files, calls) as they are."""
+    if not any(rule.applies(role, for_storage=for_storage) for rule in rules):
+        return tuple(parts)
+    return tuple(
+        TextPart(apply_rules(p.text, rules, role, for_storage=for_storage))
+        if isinstance(p, TextPart)
+        else p
+        for p in parts
+    )
+
+
+class DisplayRewriter:
+    """One streamed reply: ``feed`` each chunk, ``finish`` at the end. The pieces joined
+    are ``apply_rules(whole, rules, role, for_storage=False)`` (see the module docstring
+    for the condition). With ``with_storage_rules`` the storage rules run first, so the
+    stream shows what the stored reply will show: display rules over storage rules."""
+
+    def __init__(
+        self,
+        rules: Iterable[RegexRule],
+        max_match_chars: int = 256,
+        *,
+        role: Role = "assistant",
+        with_storage_rules: bool = False,
+    ) -> None:
+        if max_match_chars < 1:
+            raise ValueError("max_match_chars must be at least 1")
+        rules = list(rules)
+        chosen = [r for r in rules if r.applies(role, for_storage=False)]
+        if with_storage_rules:
+            chosen = [r for r in rules if r.applies(role, for_storage=True)] + chosen
+        self._stages = [_RuleStream(rule, max_match_chars) for rule in chosen]
+
+    def __bool__(self) -> bool:
+        return bool(self._stages)
+
+    @property
+    def hold_chars(self) -> int:
+        """The most characters the stream can lag behind the model."""
+        return sum(stage.hold for stage in self._stages)
+
+    def feed(self, text: str) -> str:
+        """Add a chunk; returns the rewritten text that can no longer change (maybe "")."""
+        for stage in self._stages:
+            if not text:
+                return ""
+            text = stage.feed(text)
+        return text
+
+    def finish(self) -> str:
+        """The stream ended: the rest, rewritten. The rewriter is then ready to reuse."""
+        text = ""
+        for stage in self._stages:
+            text = stage.finish(text)
+        return text
+
+
+class _RuleStream:
+    """One rule over a stream: the released text is what ``re.sub`` gives the whole."""
+
+    __slots__ = ("_context", "_context_chars", "_held", "_rule", "hold")
+
+    def __init__(self, rule: RegexRule, max_match_chars: int) -> None:
+        self._rule = rule
+        self.hold = _hold_chars(rule.compiled, max_match_chars)
+        """Matches starting this close to the end of the text so far may still change."""
+        self._context_chars = max_match_chars
+        self._context = ""
+        """Released input kept for look-behinds and ``\\b``."""
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        self._held += text
+        if len(self._held) <= self.hold:
+            return ""
+        full = self._context + self._held
+        return self._release(full, len(self._context), len(full) - self.hold)
+
+    def finish(self, text: str = "") -> str:
+        # released even when nothing is held: a pattern may match empty text at the end
+        out = self._release(self._context + self._held + text, len(self._context), None)
+        self._context = self._held = ""
+        return out
+
+    def _release(self, full: str, pos: int, before: int | None) -> str:
+        """``full[pos:cut]`` rewritten, where ``cut`` is ``before`` or the end of a match
+        that starts before it (the end of ``full`` when ``before`` is None)."""
+        pieces: list[str] = []
+        last = pos
+        for match in self._rule.compiled.finditer(full, pos):
+            start, end = match.span()
+            if before is not None and start >= before:
+                break
+            pieces += (full[last:start], match.expand(self._rule.replacement))
+            last = end
+        cut = len(full) if before is None else max(before, last)
+        pieces.append(full[last:cut])
+        self._context = full[max(0, cut - self._context_chars) : cut]
+        self._held = full[cut:]
+        return "".join(pieces)
+
+
+def _hold_chars(compiled: re.Pattern[str], cap: int) -> int:
+    """How much of a stream's end a rule must hold back: its widest match plus two (an
+    anchor or ``\\b`` at the end looks one character on), or ``cap`` when the pattern
+    looks ahead or its width cannot be told."""
+    try:
+        parser: Any = importlib.import_module("re._parser")
+        tree = parser.parse(compiled.pattern, compiled.flags)
+        if _looks_ahead(tree, parser):
+            return cap
+        return min(cap, int(tree.getwidth()[1]) + 2)
+    except Exception:  # a private module: its absence only costs latency
+        return cap
+
+
+def _looks_ahead(node: Any, parser: Any) -> bool:
+    if isinstance(node, parser.SubPattern):
+        for op, av in node:
+            if op in (parser.ASSERT, parser.ASSERT_NOT) and av[0] == 1:
+                return True
+            if _looks_ahead(av, parser):
+                return True
+        return False
+    if isinstance(node, tuple | list):
+        return any(_looks_ahead(item, parser) for item in node)
+    return False
