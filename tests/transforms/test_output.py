@@ -1,5 +1,5 @@
-"""Output transformers: think tags split into reasoning, and regex rules (stored, shown,
-and streamed), exact however a stream is cut into chunks."""
+"""Output transformers: regex rules (stored, shown, and streamed), exact however a stream
+is cut into chunks."""
 
 from __future__ import annotations
 
@@ -10,150 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.events import ReasoningDelta, TextDelta
 from parley.messages import ImagePart, TextPart
 from parley.transforms.output import (
     DisplayRewriter,
     RegexRule,
-    ThinkDelta,
-    ThinkTagSplitter,
     apply_rules,
     rewrite_parts,
-    split_think_tags,
 )
-
-# --- think tags ----------------------------------------------------------------------
-
-REFERENCE = re.compile(r"<(think|thinking)>(.*?)(?:</\1>|\Z)", re.IGNORECASE | re.DOTALL | re.ASCII)
-
-
-def reference(text: str) -> tuple[str, str]:
-    """The regex conversion: blocks to reasoning, whitespace after each tag dropped."""
-    plain: list[str] = []
-    reasoning: list[str] = []
-    last, after_tag = 0, False
-    for match in REFERENCE.finditer(text):
-        segment = text[last : match.start()]
-        plain.append(segment.lstrip() if after_tag else segment)
-        reasoning.append(match[2].lstrip())
-        last, after_tag = match.end(), True
-    segment = text[last:]
-    plain.append(segment.lstrip() if after_tag else segment)
-    return "".join(plain), "".join(reasoning)
-
-
-def run(chunks: list[str]) -> list[ThinkDelta]:
-    splitter = ThinkTagSplitter()
-    events = [e for chunk in chunks for e in splitter.feed(chunk)]
-    return events + splitter.finish()
-
-
-def merged(events: list[ThinkDelta]) -> list[tuple[str, str]]:
-    """(kind, text) with neighbours of one kind joined."""
-    out: list[tuple[str, str]] = []
-    for event in events:
-        assert event.text, "an empty event"
-        if out and out[-1][0] == event.kind:
-            out[-1] = (event.kind, out[-1][1] + event.text)
-        else:
-            out.append((event.kind, event.text))
-    return out
-
-
-def texts(events: list[ThinkDelta]) -> tuple[str, str]:
-    return (
-        "".join(e.text for e in events if isinstance(e, TextDelta)),
-        "".join(e.text for e in events if isinstance(e, ReasoningDelta)),
-    )
-
-
-FRAGMENTS = [
-    "<think>", "</think>", "<thinking>", "</thinking>", "<THINK>", "</Think>", "<ThInKiNg>",
-    "</THINKING>", "<", "</", "<t", "<thin", "<think", "</think", "<thinkin", "<thinkx>",
-    ">", "a", "hello", " ", "\n", "\n\n", "é", "\u212a", "<b>", "x<y",
-]  # fmt: skip
-think_texts = st.lists(st.sampled_from(FRAGMENTS), max_size=24).map("".join)
 
 
 def cut(text: str, points: list[int]) -> list[str]:
     bounds = [0, *sorted(p % (len(text) + 1) for p in points), len(text)]
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
-
-
-@settings(max_examples=500, deadline=None)
-@given(think_texts, st.lists(st.integers(min_value=0), max_size=12))
-def test_every_split_gives_what_the_whole_text_gives(text: str, points: list[int]) -> None:
-    whole = run([text])
-    pieces = run(cut(text, points))
-    assert merged(pieces) == merged(whole)
-    assert texts(pieces) == texts(whole) == reference(text)
-
-
-@settings(max_examples=300, deadline=None)
-@given(think_texts)
-def test_one_character_at_a_time_matches_the_reference(text: str) -> None:
-    assert texts(run(list(text))) == reference(text)
-
-
-@given(st.lists(st.sampled_from(FRAGMENTS), max_size=24))
-def test_only_a_possible_tag_prefix_is_held_back(fragments: list[str]) -> None:
-    splitter = ThinkTagSplitter()
-    for fragment in fragments:
-        splitter.feed(fragment)
-        held = splitter.pending
-        assert len(held) <= len("</thinking>") - 1
-        if held:
-            tags = (
-                ("</think>", "</thinking>") if splitter.in_reasoning else ("<think>", "<thinking>")
-            )
-            assert any(tag.startswith(held.lower()) for tag in tags)
-
-
-def test_a_block_becomes_reasoning_and_the_whitespace_after_it_goes() -> None:
-    events = run(["<think>\nLet me see.\n</think>\n\nThe answer is 4."])
-    assert events == [ReasoningDelta("Let me see.\n"), TextDelta("The answer is 4.")]
-
-
-def test_a_tag_split_anywhere_is_still_a_tag() -> None:
-    assert texts(run(["<th", "ink>plan</th", "INK>", "done"])) == ("done", "plan")
-    assert texts(run(["a<", "thinking", ">b</thinking", ">c"])) == ("ac", "b")
-
-
-def test_text_that_cannot_begin_a_tag_is_released_at_once() -> None:
-    splitter = ThinkTagSplitter()
-    assert splitter.feed("plain") == [TextDelta("plain")]
-    assert splitter.feed("a < b and <tag> x<") == [TextDelta("a < b and <tag> x")]
-    assert splitter.pending == "<"
-    assert splitter.feed("p") == [TextDelta("<p")]
-    assert splitter.feed("") == []
-
-
-def test_feed_event_hands_back_an_unchanged_event() -> None:
-    splitter = ThinkTagSplitter()
-    event = TextDelta("plain")
-    assert splitter.feed_event(event)[0] is event
-    assert splitter.feed_event(TextDelta("")) == []
-    assert splitter.feed_event(TextDelta("x<think>y")) == [TextDelta("x"), ReasoningDelta("y")]
-    assert splitter.feed_event(TextDelta("z")) == [ReasoningDelta("z")]
-
-
-def test_an_unclosed_block_ends_with_the_stream() -> None:
-    splitter = ThinkTagSplitter()
-    assert splitter.feed("<think>still going</thi") == [ReasoningDelta("still going")]
-    assert splitter.in_reasoning
-    assert splitter.finish() == [ReasoningDelta("</thi")]
-    assert not splitter.in_reasoning
-    assert splitter.feed("fresh") == [TextDelta("fresh")]
-
-
-def test_closers_match_their_openers_and_stray_closers_are_text() -> None:
-    assert split_think_tags("<thinking>a</think>b</thinking>c") == ("c", "a</think>b")
-    assert split_think_tags("x</think>y") == ("x</think>y", "")
-    assert split_think_tags("<think><think>a</think>b") == ("b", "<think>a")
-    assert split_think_tags("<thin\u212a>a</think>") == ("<thin\u212a>a</think>", "")
-
-
-# --- regex rules ---------------------------------------------------------------------
 
 
 def test_rules_pick_by_role_and_by_storage_or_display() -> None:

@@ -1,17 +1,10 @@
-"""Output transformers: think tags become reasoning, and regex rules rewrite replies.
+"""Output transformers: regex rules rewrite replies, for storage or for display.
 
 Pure and synchronous: text goes in, text (or stream events) comes out. Choosing the rules
 for a conversation, persisting, and saving images (``images.py``) belong elsewhere.
 
-**Think tags.** ``ThinkTagSplitter`` turns ``<think>…</think>`` and
-``<thinking>…</thinking>`` (ASCII, any case) in streamed model text into reasoning. A
-block opened by ``<think>`` ends only at ``</think>`` and one opened by ``<thinking>``
-only at ``</thinking>``; any other tag, and a closing tag outside a block, is plain text.
-Whitespace right after a tag (the start of the reasoning, the start of the text that
-follows it) is dropped, once per tag; an unclosed block simply ends with the stream.
-However the text is split into chunks, the events carry the same text and reasoning in
-the same order as feeding it whole; the splitter holds back only a possible tag prefix
-(a ``<`` and at most 9 more characters), never text that cannot begin a tag.
+Think tags (``<think>…</think>`` in a reply's text) become reasoning as the stream is
+read, in ``agent/stream.py`` (``ThinkTagReader``), where every reply passes.
 
 **Regex rules.** A ``RegexRule`` applies to user and/or assistant messages. A storage
 rule (``display_only=False``) rewrites the text that is saved (and so later sent to the
@@ -36,119 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parley.events import ReasoningDelta, TextDelta
 from parley.messages import Part, Role, TextPart
-
-# --- think tags ----------------------------------------------------------------------
-
-_OPENERS = ("<think>", "<thinking>")
-_CLOSERS = {"<think>": ("</think>",), "<thinking>": ("</thinking>",)}
-_LONGEST_TAG = len("</thinking>")
-
-ThinkDelta = TextDelta | ReasoningDelta
-
-
-class ThinkTagSplitter:
-    """One stream of model text: ``feed`` each chunk, ``finish`` at the end."""
-
-    __slots__ = ("_closers", "_pending", "_strip")
-
-    def __init__(self) -> None:
-        self._closers: tuple[str, ...] = ()
-        """Inside a block: the tag that ends it; outside: empty."""
-        self._pending = ""
-        self._strip = False
-
-    @property
-    def in_reasoning(self) -> bool:
-        return bool(self._closers)
-
-    @property
-    def pending(self) -> str:
-        """The text held back: a possible beginning of a tag (maybe "")."""
-        return self._pending
-
-    def feed(self, text: str) -> list[ThinkDelta]:
-        """Add a chunk; returns the events it completes (no empty ones)."""
-        if not self._pending and not self._strip and "<" not in text:
-            if not text:
-                return []
-            return [ReasoningDelta(text) if self._closers else TextDelta(text)]
-        buffer = self._pending + text
-        self._pending = ""
-        out: list[ThinkDelta] = []
-        start = search = 0
-        while (lt := buffer.find("<", search)) != -1:
-            tags = self._closers or _OPENERS
-            head = buffer[lt : lt + _LONGEST_TAG]
-            found, partial = _tag_at(head, tags)
-            if found:
-                self._emit(buffer[start:lt], out)
-                self._closers = () if self._closers else _CLOSERS[found]
-                self._strip = True
-                start = search = lt + len(found)
-            elif partial:  # the buffer ends inside what may still become a tag
-                self._emit(buffer[start:lt], out)
-                self._pending = buffer[lt:]
-                return out
-            else:
-                search = lt + 1
-        self._emit(buffer[start:], out)
-        return out
-
-    def feed_event(self, event: TextDelta) -> list[ThinkDelta]:
-        """``feed(event.text)``, handing back ``event`` itself when it passes unchanged
-        (the common case: plain text outside a block; no new event is built)."""
-        if not self._pending and not self._strip and not self._closers and "<" not in event.text:
-            return [event] if event.text else []
-        return self.feed(event.text)
-
-    def finish(self) -> list[ThinkDelta]:
-        """The stream ended: a held-back prefix is plain text; an open block ends."""
-        out: list[ThinkDelta] = []
-        self._emit(self._pending, out)
-        self._pending, self._closers, self._strip = "", (), False
-        return out
-
-    def _emit(self, text: str, out: list[ThinkDelta]) -> None:
-        if self._strip:
-            text = text.lstrip()
-            if text:
-                self._strip = False
-        if not text:
-            return
-        if self._closers:
-            if out and isinstance(out[-1], ReasoningDelta):
-                text = out.pop().text + text
-            out.append(ReasoningDelta(text))
-        else:
-            if out and isinstance(out[-1], TextDelta):
-                text = out.pop().text + text
-            out.append(TextDelta(text))
-
-
-def _tag_at(head: str, tags: tuple[str, ...]) -> tuple[str | None, bool]:
-    """(the tag ``head`` starts with, or None; whether ``head`` is a proper prefix of one)."""
-    partial = False
-    for tag in tags:
-        candidate = head[: len(tag)]
-        if not candidate.isascii():
-            continue
-        if len(candidate) == len(tag):
-            if candidate.lower() == tag:
-                return tag, False
-        elif tag.startswith(candidate.lower()):
-            partial = True
-    return None, partial
-
-
-def split_think_tags(text: str) -> tuple[str, str]:
-    """A finished text as (text, reasoning), exactly as a stream of it would give them."""
-    splitter = ThinkTagSplitter()
-    events = splitter.feed(text) + splitter.finish()
-    plain = "".join(e.text for e in events if isinstance(e, TextDelta))
-    return plain, "".join(e.text for e in events if isinstance(e, ReasoningDelta))
-
 
 # --- regex rules ---------------------------------------------------------------------
 
