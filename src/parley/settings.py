@@ -114,6 +114,37 @@ class ChatSettings(_Section):
     max_message_chars: int = 2_000_000
     max_tools: int = 128
     max_tokens_limit: int = 1_000_000
+    fast_model: str | None = Field(
+        default=None,
+        description="The model for titles, suggestions and summaries (None: the "
+        "conversation's own model).",
+    )
+    generate_titles: bool = Field(
+        default=True, description="After a successful turn, a title for an untitled chat."
+    )
+    generate_suggestions: bool = Field(
+        default=True, description="After a successful turn, follow-up suggestions."
+    )
+    max_suggestions: int = Field(default=10, ge=0, le=10)
+
+
+class ContextSettings(_Section):
+    """Rolling context summaries (behaviours.md section 4): what a long conversation sends."""
+
+    enabled: bool = True
+    threshold_tokens: int = Field(
+        default=32_000, description="Summarise beyond this many estimated tokens."
+    )
+    minimum_threshold_tokens: int = Field(default=4_000, ge=256)
+    recent_fraction: float = Field(
+        default=0.55, gt=0, lt=1, description="The part of the threshold kept verbatim."
+    )
+    segment_tokens: int = Field(
+        default=12_000, ge=1000, description="Longer summary inputs are summarised in segments."
+    )
+    summary_model: str | None = Field(
+        default=None, description="None: chat.fast_model, else the conversation's model."
+    )
 
 
 class RepairSettings(_Section):
@@ -370,6 +401,7 @@ class Settings(BaseSettings):
     default_model: str | None = None
     server: ServerSettings = Field(default_factory=ServerSettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     providers: list[ProviderSettings] = Field(default_factory=list)
