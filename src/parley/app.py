@@ -18,13 +18,18 @@ import httpx
 from fastapi import FastAPI, Request
 
 from parley import __version__
+from parley.agent.completion import Completer
+from parley.agent.model_call import ModelCall
 from parley.api import (
     admin,
+    approvals,
     assistants,
     branches,
     chat,
+    context,
     conversations,
     errors,
+    files,
     models,
     tasks,
     usage,
@@ -32,6 +37,7 @@ from parley.api import (
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
+from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.service import ConversationService
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
@@ -42,7 +48,9 @@ from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.database import Database
+from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
+from parley.store.summaries import SummaryStore
 from parley.tools.builtins import build_registry as build_tools
 
 log = logging.getLogger("parley")
@@ -79,7 +87,28 @@ def create_app(settings: Settings) -> FastAPI:
         )
         await audit.start()
         await chain.startup(Services(settings, pricing, database, audit))
-        service = ConversationService(settings, conversation_store, registry, tools, pricing, chain)
+        meta = ConversationMeta(database)
+        assistant_store = AssistantStore(database)
+        summaries = SummaryStore(database)
+        outgoing = OutgoingBuilder(
+            settings,
+            registry,
+            Completer(ModelCall(settings.agent, pricing, chain)),
+            summaries,
+            conversation_store,
+            tools,
+        )
+        service = ConversationService(
+            settings,
+            conversation_store,
+            registry,
+            tools,
+            pricing,
+            chain,
+            meta=meta,
+            assistants=assistant_store,
+            outgoing=outgoing,
+        )
         app.state.parley = AppState(
             settings=settings,
             auth=Authenticator(
@@ -95,7 +124,10 @@ def create_app(settings: Settings) -> FastAPI:
             interceptors=chain,
             audit=audit,
             database=database,
-            assistants=AssistantStore(database),
+            assistants=assistant_store,
+            meta=meta,
+            summaries=summaries,
+            outgoing=outgoing,
         )
         if not await keys.active():
             log.warning(
@@ -133,6 +165,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(conversations.router)
     app.include_router(branches.router)
+    app.include_router(context.router)
+    app.include_router(approvals.router)
+    app.include_router(files.router)
     app.include_router(tasks.router)
     app.include_router(admin.router)
     app.include_router(usage.router)

@@ -16,7 +16,9 @@ from typing import Literal
 from parley.errors import ParleyError
 from parley.messages import Usage
 
-StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered"]
+StopReason = Literal[
+    "end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered", "pending_approval"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,5 +138,6 @@ FINISH_REASONS: dict[StopReason, str] = {
     "tool_use": "tool_calls",
     "max_tokens": "length",
     "content_filtered": "content_filter",
+    "pending_approval": "stop",  # paused: parley.pending_approvals says what waits
 }
 """Neutral stop reason -> OpenAI ``finish_reason``."""

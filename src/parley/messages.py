@@ -15,7 +15,10 @@ from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
 ApprovalState = Literal["auto", "pending", "approved", "denied", "answered"]
-MessageStatus = Literal["streaming", "complete", "incomplete", "failed", "interrupted"]
+ToolPolicy = Literal["auto", "ask", "deny"]
+MessageStatus = Literal[
+    "streaming", "complete", "incomplete", "failed", "interrupted", "awaiting_approval"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,12 @@ class ToolCallPart:
         return ToolCallPart(
             self.id, self.name, self.arguments, result, self.approval, self.approval_reason
         )
+
+    def with_approval(
+        self, approval: ApprovalState, result: ToolResult | None = None, reason: str | None = None
+    ) -> ToolCallPart:
+        """This call in another approval state (with the result that state gives it)."""
+        return ToolCallPart(self.id, self.name, self.arguments, result, approval, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +231,16 @@ class Usage:
         self.output_tokens += other.output_tokens
         self.reasoning_tokens += other.reasoning_tokens
         self.cached_input_tokens += other.cached_input_tokens
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        data = data or {}
+        return cls(
+            int(data.get("input_tokens") or 0),
+            int(data.get("output_tokens") or 0),
+            int(data.get("reasoning_tokens") or 0),
+            int(data.get("cached_input_tokens") or 0),
+        )
 
     def to_dict(self) -> dict[str, int]:
         return {

@@ -161,7 +161,7 @@ class RepairSettings(_Section):
 class AgentSettings(_Section):
     """The agent loop: budgets, deadlines, retries and loop detection."""
 
-    max_iterations: int = Field(default=50, ge=1)
+    max_iterations: int = Field(default=50, ge=1, le=256)
     no_progress_seconds: float = Field(default=300.0, gt=0)
     wall_clock_seconds: float = Field(default=1200.0, gt=0)
     max_turn_tokens: int | None = Field(
@@ -217,6 +217,15 @@ class ToolSettings(_Section):
     preview_bytes: int = Field(default=4 * 1024, ge=256)
     workspace_dir: Path | None = Field(
         default=None, description="Per-conversation folders. Default: data_dir/workspaces."
+    )
+    approval: dict[str, Literal["auto", "ask", "deny"]] = Field(
+        default_factory=dict,
+        description="Approval policy by tool name or glob (mcp__github__*): auto runs, "
+        "ask pauses the turn for a person's decision, deny refuses. An assistant may "
+        "make a tool stricter, never looser.",
+    )
+    approval_ttl_seconds: float = Field(
+        default=86_400.0, gt=0, description="A pending approval expires after this."
     )
     web_fetch: WebFetchSettings = Field(default_factory=WebFetchSettings)
     shell: ShellSettings = Field(default_factory=ShellSettings)

@@ -100,6 +100,7 @@ class MockOpenAI:
         self.models = models or ["mock-model", "mock-large"]
         self.connections_closed = 0
         self._replies: deque[Reply] = deque()
+        self._routed: list[tuple[str, Reply]] = []
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -109,11 +110,17 @@ class MockOpenAI:
     def reset(self) -> None:
         """Forget queued replies and received requests."""
         self._replies.clear()
+        self._routed.clear()
         self.requests.clear()
         self.headers.clear()
 
     def queue(self, reply: Reply) -> None:
         self._replies.append(reply)
+
+    def route_text(self, needle: str, *pieces: str) -> None:
+        """Answer the next request whose body contains ``needle`` with this text (before
+        the queue: for calls that race, such as a title and suggestions)."""
+        self._routed.append((needle, Reply(frames=text_frames(list(pieces)))))
 
     def queue_text(self, *pieces: str, delay: float = 0.0, **kwargs: Any) -> None:
         self.queue(Reply(frames=text_frames(list(pieces), **kwargs), delay=delay))
@@ -182,6 +189,11 @@ class MockOpenAI:
         body = orjson.loads(await request.body())
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        raw = orjson.dumps(body).decode()
+        routed = next((r for r in self._routed if r[0] in raw), None)
+        if routed is not None:
+            self._routed.remove(routed)
+            self._replies.appendleft(routed[1])
         if not self._replies:
             return JSONResponse({"error": {"message": "no reply scripted"}}, status_code=500)
         reply = self._replies.popleft()

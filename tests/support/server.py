@@ -28,7 +28,11 @@ class ParleyServer:
         self.port = free_port()
         self.config_path = data_dir / "parley.yaml"
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(yaml.safe_dump(config))
+        # Titles and suggestions are model calls of the server's own after each turn:
+        # off unless a test's config turns them on, so that each test's upstream sees
+        # only the calls it scripted (tests/api/test_titles.py turns them on).
+        chat = {"generate_titles": False, "generate_suggestions": False, **config.get("chat", {})}
+        self.config_path.write_text(yaml.safe_dump({**config, "chat": chat}))
         self.env = {
             key: value
             for key, value in os.environ.items()

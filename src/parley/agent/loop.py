@@ -12,8 +12,12 @@
             end_turn / stop_sequence / max_tokens -> done
             content_filtered                      -> done, with a safety message
             tool_use with a client's tool         -> done: the client runs it
-            tool_use with server tools            -> loop check, then run them all
-                                                     at once, commit the step, repeat
+            tool_use with server tools            -> loop check, approval policies
+                                                     (deny: an error result; ask: the
+                                                     call waits), run the rest at once,
+                                                     commit the step; a call waiting
+                                                     for approval pauses the turn;
+                                                     else repeat
 
 The turn is one assistant message (``TurnState``). Server tools run here and show up in
 the stream as ``ToolStarted``/``ToolFinished``; a call to one of the client's tools ends
@@ -24,9 +28,9 @@ one model call whose tool-call fragments stream to the client as they come.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,7 +59,16 @@ from parley.events import (
 from parley.identity import Caller
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallCancelled, TurnEnd, TurnInfo
-from parley.messages import STEP_SEPARATOR, Message, ToolCallPart, ToolResult, reply_text
+from parley.messages import (
+    STEP_SEPARATOR,
+    Message,
+    Part,
+    ToolCallPart,
+    ToolPolicy,
+    ToolResult,
+    Usage,
+    reply_text,
+)
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ResolvedModel
@@ -80,6 +93,23 @@ CONTENT_FILTERED = "[The provider's content filter stopped this reply.]"
 NOT_RUN = "[Not run: the reply ended before this call was complete]"
 
 
+DENIED_BY_POLICY = "[DENIED] Tool '{name}' is not allowed here (policy). Do not retry it."
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """A turn paused for approval, carried on: its parts with the decisions applied
+    (denied and answered calls hold their results), the approved calls to run first,
+    and what the turn had used so far."""
+
+    parts: tuple[Part, ...]
+    approved: tuple[ToolCallPart, ...]
+    usage: Usage
+    cost_usd: float
+    decided: tuple[str, ...] = ()
+    """The calls decided by this request (denied or answered ones are reported)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AgentRequest:
     """Everything one turn needs, fixed when it starts."""
@@ -98,6 +128,9 @@ class AgentRequest:
     """Who asked (None: the owner, with no key)."""
     source: str = "api"
     """Which door the request came through (for the interceptors)."""
+    policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    """Approval policy per server tool (missing: auto)."""
+    resume: Resume | None = None
 
     @property
     def client_tools(self) -> frozenset[str]:
@@ -183,6 +216,15 @@ class AgentLoop:
             log.warning("%d server tools in one request", len(request.server_tools))
         shown = _Shown()
         repair = TurnRepair(request.history, settings.agent.repair)  # the history, checked once
+        if request.resume is not None:
+            async for event in self._resume(request, turn, session, info):
+                yield event
+            if turn.pending_calls():  # decisions came for some calls only: still paused
+                turn.stop_reason = "pending_approval"
+                yield Status("awaiting_approval", str(len(turn.pending_calls())))
+                yield UsageEvent(turn.usage)
+                yield Done("pending_approval")
+                return
         while True:
             stop = budget.check(turn)
             if stop is not None:
@@ -235,13 +277,29 @@ class AgentLoop:
                         yield event
                     break
             elif mine:
+                waiting = False
+                for call, policy in [(c, request.policies.get(c.name, "auto")) for c in mine]:
+                    if policy == "ask":
+                        turn.record(call.with_approval("pending"))
+                        waiting = True
+                    elif policy == "deny":
+                        text = DENIED_BY_POLICY.format(name=call.name)
+                        turn.record(call.with_approval("denied", ToolResult(text, True), "policy"))
+                        yield ToolStarted(call.id, call.name, call.arguments)
+                        yield ToolFinished(call.id, call.name, call.arguments, text, True, 0.0)
+                allowed = [c for c in mine if request.policies.get(c.name, "auto") == "auto"]
                 tools = self._runner.run(
-                    mine, offered, partial(self._context, request, session), turn.record, info
+                    allowed, offered, partial(self._context, request, session), turn.record, info
                 )
                 async with aclosing(tools):
                     async for event in tools:
                         yield event
-                active.used([c.name for c in mine])
+                active.used([c.name for c in allowed])
+                if waiting:
+                    turn.commit_step()
+                    turn.stop_reason = "pending_approval"
+                    yield Status("awaiting_approval", str(len(turn.pending_calls())))
+                    break
             turn.commit_step()
             if theirs:
                 if not passthrough:
@@ -251,6 +309,42 @@ class AgentLoop:
             yield StepDone(budget.iterations)
         yield UsageEvent(turn.usage)
         yield Done(turn.stop_reason or "end_turn")
+
+    async def _resume(
+        self, request: AgentRequest, turn: TurnState, session: _Session, info: TurnInfo
+    ) -> AsyncIterator[Event]:
+        """Carry on a turn paused for approval: the approved calls run first (each once:
+        the service saved their approval before the turn resumed)."""
+        resume = request.resume
+        assert resume is not None
+        turn.resume(resume.parts, resume.usage, resume.cost_usd)
+        for part in resume.parts:  # what the decisions made of the other calls
+            result = part.result if isinstance(part, ToolCallPart) else None
+            if (
+                isinstance(part, ToolCallPart)
+                and result is not None
+                and part.approval
+                in (
+                    "denied",
+                    "answered",
+                )
+            ):
+                yield ToolStarted(part.id, part.name, part.arguments)
+                yield ToolFinished(
+                    part.id, part.name, part.arguments, result.content, result.is_error, 0.0
+                )
+        if resume.approved:
+            tools = self._runner.run(
+                list(resume.approved),
+                request.server_tools,
+                partial(self._context, request, session),
+                turn.settle,
+                info,
+            )
+            async with aclosing(tools):
+                async for event in tools:
+                    yield event
+        yield StepDone(0)
 
     async def _stop(self, turn: TurnState, stop: Stop) -> AsyncIterator[Event]:
         turn.stop = stop

@@ -43,6 +43,8 @@ class TurnState:
         """The public name of the model that gave the last reply (a fallback, maybe)."""
         self.started = time.monotonic()
         self.last_progress = self.started
+        self.resumed = False
+        """A turn paused for approval, carried on (its earlier usage is included)."""
 
     # --- steps ------------------------------------------------------------------------
 
@@ -67,6 +69,25 @@ class TurnState:
             for p in parts
         ):
             self.last_progress = time.monotonic()
+        self.step = StreamAccumulator()
+        self._results.clear()
+
+    def resume(self, parts: tuple[Part, ...], usage: Usage, cost_usd: float) -> None:
+        """Carry on a turn paused for approval: its parts so far, and what it cost."""
+        self.committed = list(parts)
+        self.resumed = True
+        self.usage.add(usage)
+        self.cost_usd += cost_usd
+
+    def settle(self, call: ToolCallPart) -> None:
+        """A committed call got its result (an approved call of a resumed turn)."""
+        self.committed = [
+            call if isinstance(p, ToolCallPart) and p.id == call.id else p for p in self.committed
+        ]
+
+    def replace_parts(self, parts: tuple[Part, ...]) -> None:
+        """The finished turn as it was stored (after the finish transforms)."""
+        self.committed = list(parts)
         self.step = StreamAccumulator()
         self._results.clear()
 
@@ -108,8 +129,21 @@ class TurnState:
         )
 
     def unanswered_calls(self) -> list[ToolCallPart]:
-        """Calls left for the client to run (server calls always end with a result)."""
-        return [p for p in self.parts() if isinstance(p, ToolCallPart) and p.result is None]
+        """Calls left for the client to run (server calls end with a result, or wait
+        for approval)."""
+        return [
+            p
+            for p in self.parts()
+            if isinstance(p, ToolCallPart) and p.result is None and p.approval != "pending"
+        ]
+
+    def pending_calls(self) -> list[ToolCallPart]:
+        """Server calls waiting for a person's approval."""
+        return [
+            p
+            for p in self.parts()
+            if isinstance(p, ToolCallPart) and p.result is None and p.approval == "pending"
+        ]
 
     def server_calls(self) -> list[ToolCallPart]:
         return [p for p in self.committed if isinstance(p, ToolCallPart) and p.result is not None]

@@ -100,13 +100,18 @@ async def _model_of(
         path, _ = await state.conversations.around(owner, conversation_id, message_id)
     except LookupError:
         return None  # the service reports it
-    model = path[-1].model if path[-1].role == "assistant" else None
+    return usable_model(state, path[-1].model if path[-1].role == "assistant" else None)
+
+
+def usable_model(state: AppState, model: str | None) -> str | None:
+    """``model`` while it still resolves (gone from the configuration since: None, and
+    the default answers)."""
     if model is None:
         return None
     try:
         state.registry.resolve(model)
     except ParleyError:
-        return None  # gone from the configuration since: the default answers
+        return None
     return model
 
 

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from parley.api.coalesce import Coalescer, Kind
 from parley.api.errors import error_response, validation_error
 from parley.api.sse import (
     DONE,
@@ -23,6 +24,7 @@ from parley.api.sse import (
     STATUS_LLM_END,
     STATUS_LLM_NEW_TOKEN,
     STATUS_LLM_START,
+    STATUS_TOOL_APPROVAL,
     STATUS_TOOL_END,
     STATUS_TOOL_START,
     ChunkEncoder,
@@ -49,6 +51,7 @@ from parley.events import (
     UsageEvent,
 )
 from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
+from parley.transforms.output import DisplayRewriter, apply_rules
 
 router = APIRouter()
 
@@ -134,9 +137,12 @@ async def respond(
     state: AppState, request: Request, body: ChatCompletionRequest, generation: Generation
 ) -> Response:
     """Run a prepared generation as the chat-completions response ``body`` asked for."""
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    options = body.stream_options
+    include_usage = bool(options and options.include_usage)
     if body.stream:
-        return stream_response(state, generation, include_usage)
+        return stream_response(
+            state, generation, include_usage, coalesce_ms=options.coalesce_ms if options else 0
+        )
     return await _collect(state, generation, request)
 
 
@@ -165,16 +171,25 @@ def _summary(generation: Generation) -> dict[str, Any]:
     """What the last chunk (or the whole response) adds: cost, and why the loop stopped."""
     turn = generation.turn
     extra: dict[str, Any] = {"cost": generation.cost}
+    waiting = turn.pending_calls()
+    if waiting:
+        extra["pending_approvals"] = [
+            {"id": call.id, "tool": call.name, "arguments": call.arguments} for call in waiting
+        ]
     if turn.stop is not None:
         extra["stopped"] = {"code": turn.stop.code, "message": turn.stop.message}
     return extra
 
 
 def _finish_status(generation: Generation) -> int:
+    if generation.turn.pending_calls():
+        return STATUS_TOOL_APPROVAL
     return STATUS_AGENT_FINISH if generation.turn.server_calls() else STATUS_LLM_END
 
 
-def stream_response(state: AppState, generation: Generation, include_usage: bool) -> Response:
+def stream_response(
+    state: AppState, generation: Generation, include_usage: bool, *, coalesce_ms: int = 0
+) -> Response:
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
         created=generation.created,
@@ -189,10 +204,44 @@ def stream_response(state: AppState, generation: Generation, include_usage: bool
     def run(write: Callable[[bytes | None], Awaitable[None]]) -> None:
         started = False
 
+        async def write_text(kind: Kind, text: str) -> None:
+            await write(encoder.delta({kind: text}))
+
+        coalescer = Coalescer(coalesce_ms / 1000, write_text) if coalesce_ms else None
+
+        rewriter = DisplayRewriter(generation.rules, with_storage_rules=True) or None
+
         async def sink(event: Event) -> None:
+            if rewriter is not None:  # the assistant's display rules: shown, never stored
+                if isinstance(event, TextDelta):
+                    text = rewriter.feed(event.text)
+                    if not text:
+                        return
+                    event = TextDelta(text)
+                elif isinstance(event, Done):
+                    tail = rewriter.finish()
+                    if tail:
+                        await shown(TextDelta(tail))
+                elif isinstance(event, Restart | StreamError):
+                    rewriter.finish()  # what it held belongs to output being dropped
+            await shown(event)
+
+        async def shown(event: Event) -> None:
             try:
+                if coalescer is not None and started:
+                    if event.__class__ is TextDelta:
+                        await coalescer.add("content", event.text)
+                        return
+                    if event.__class__ is ReasoningDelta:
+                        await coalescer.add("reasoning_content", event.text)
+                        return
+                    await coalescer.flush()  # what is held goes before anything else
+                    if isinstance(event, Done | StreamError):
+                        coalescer.close()
                 await deliver(event)
             except BaseException:
+                if coalescer is not None:
+                    coalescer.close()
                 await write(None)  # whatever failed, the response ends
                 raise
 
@@ -342,6 +391,8 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
     reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
     calls = generation.turn.unanswered_calls()  # the client's to run
     ran = generation.turn.server_calls()
+    if generation.rules:  # the storage rules ran when it was saved
+        text = apply_rules(text, generation.rules, "assistant", for_storage=False)
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning

@@ -105,11 +105,13 @@ async def conversation_body(state: AppState, owner: str, conversation_id: str) -
     try:
         conversation = await state.conversations.get_conversation(owner, conversation_id)
         branch = await state.conversations.branch_versions(owner, conversation_id)
+        suggestions = await state.meta.suggestions(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None
     return {
         **conversation_json(conversation),
         "messages": [message_json(m, versions) for m, versions in branch],
+        "suggestions": suggestions,
     }
 
 
@@ -139,7 +141,7 @@ async def rename_conversation(
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
     try:
-        await state.conversations.rename(owner, conversation_id, patch.title)
+        await state.meta.set_title(owner, conversation_id, patch.title)
         conversation = await state.conversations.get_conversation(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parley.api.auth import Authenticator
+from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.service import ConversationService
 from parley.interceptors.chain import InterceptorChain
 from parley.providers.registry import ProviderRegistry
@@ -12,7 +13,9 @@ from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.database import Database
+from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
+from parley.store.summaries import SummaryStore
 from parley.tools.registry import ToolRegistry
 
 
@@ -29,3 +32,6 @@ class AppState:
     audit: AuditLog
     database: Database
     assistants: AssistantStore
+    meta: ConversationMeta
+    summaries: SummaryStore
+    outgoing: OutgoingBuilder

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from parley.conversations.approvals import Decision
 from parley.conversations.service import ChatTurn, ToolAnswer
 from parley.errors import InvalidRequest
 from parley.identity import Caller
@@ -97,6 +98,22 @@ class WireTool(_Wire):
 
 class StreamOptions(_Wire):
     include_usage: bool = False
+    coalesce_ms: int = Field(default=0, ge=0, le=1000)
+    """Parley: join text arriving within this many milliseconds into one chunk."""
+
+
+class ApprovalDecision(BaseModel):
+    """A person's decision on a server tool call waiting for approval."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str = Field(min_length=1, max_length=128)
+    decision: Literal["approve", "deny", "answer"]
+    reason: str | None = Field(default=None, max_length=4000)
+    """Why it was denied (the model is told)."""
+    answer: str | None = Field(default=None, max_length=200_000)
+    """The call's result, written by the person (``answer``)."""
+    arguments: str | None = None
+    """The arguments the decision was made on: the call's must be the same."""
 
 
 class ChatCompletionRequest(_Wire):
@@ -129,6 +146,11 @@ class ChatCompletionRequest(_Wire):
     """Langchain-Chatchat: server tools to enable, by name (the values are their options)."""
     metadata: dict[str, Any] | None = None
     extra_body: dict[str, Any] | None = None
+    assistant: str | None = Field(default=None, min_length=1, max_length=100)
+    """An assistant preset (id or name): its prompt, model, sampling, tools, policies."""
+    approvals: list[ApprovalDecision] | None = Field(default=None, max_length=256)
+    """Decisions on the calls a paused reply of ``conversation_id`` waits on: it carries
+    on (``messages`` are then not used and may be empty)."""
 
 
 _PASSTHROUGH = sorted(SAMPLING_OPTIONS)
@@ -154,6 +176,7 @@ def to_turn(
         name: getattr(body, name) for name in _PASSTHROUGH if getattr(body, name) is not None
     }
     client_tools, server_tools = _tool_specs(body.tools or [], tools)
+    approvals = _decisions(body.approvals if body.approvals is not None else extra.get("approvals"))
     tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
     if isinstance(tool_config, dict):
         for name in tool_config:
@@ -182,7 +205,38 @@ def to_turn(
         options=options,
         store=body.store is not False,
         stream=body.stream,
+        approvals=approvals,
+        assistant=body.assistant or _str_or_none(extra.get("assistant")),
     )
+
+
+def _decisions(raw: Any) -> tuple[Decision, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidRequest("approvals must be a list of decisions", param="approvals")
+    decisions: list[Decision] = []
+    for index, item in enumerate(raw):
+        param = f"approvals.{index}"
+        try:
+            wire = (
+                item
+                if isinstance(item, ApprovalDecision)
+                else ApprovalDecision.model_validate(item)
+            )
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise InvalidRequest(
+                f"bad decision: {problem['msg']}", param=f"{param}.{where}" if where else param
+            ) from None
+        if wire.decision == "answer" and wire.answer is None:
+            raise InvalidRequest("an answer decision needs answer", param=f"{param}.answer")
+        text = wire.answer if wire.decision == "answer" else wire.reason
+        decisions.append(Decision(wire.tool_call_id, wire.decision, text, wire.arguments, param))
+    if not decisions:
+        raise InvalidRequest("approvals is empty: send at least one decision", param="approvals")
+    return tuple(decisions)
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -209,6 +209,9 @@ class Rig:
                 }
             ],
             "server": {"log_level": "warning"},
+            # a proxy benchmark: no title or suggestion calls of the server's own after
+            # each turn (LiteLLM makes none either)
+            "chat": {"generate_titles": False, "generate_suggestions": False},
             **(extra or {}),
         }
         (data / "parley.yaml").write_text(yaml.safe_dump(config))

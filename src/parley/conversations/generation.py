@@ -31,11 +31,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.turn import TurnState
-from parley.errors import NotFound, Overloaded, ParleyError, ProviderError
+from parley.conversations.finishing import Finisher
+from parley.errors import Conflict, NotFound, Overloaded, ParleyError, ProviderError
 from parley.events import FINISH_REASONS, Done, Event, Restart, Status, StepDone, StreamError
 from parley.messages import MessageStatus, Part, ToolCallPart, ToolResult
 from parley.providers.registry import ResolvedModel
 from parley.store.repository import ConversationStore, NewMessage
+from parley.transforms.output import RegexRule
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,13 @@ class TurnRecord:
     """The new messages start a new version of the first position."""
     copy_after: tuple[str, ...] = ()
     """Messages copied after the new ones (a regenerated reply keeps what followed)."""
+    settle: str | None = None
+    """A reply paused for approval that this turn leaves behind (it becomes complete)."""
+    meta: dict[str, str] | None = None
+    """Kept with a conversation being created (the assistant it was started with)."""
+    resume: tuple[Part, ...] | None = None
+    """Carrying on the paused reply ``message_id``: its parts with the decisions applied
+    (nothing new is inserted)."""
 
 
 class _ClientGone(Exception):
@@ -84,6 +93,14 @@ class Generation:
         self.prior_cost_usd = prior_cost_usd
         """What the conversation's earlier replies on this branch cost."""
         self.status: MessageStatus = "streaming"
+        self.finisher: Finisher | None = None
+        """The finish transforms (storage rules, inline images), when any apply."""
+        self.rules: tuple[RegexRule, ...] = ()
+        """The assistant's regex rules: the stream shows the reply as storage and display
+        rules make it (display-only ones are never stored)."""
+        self.titles = True
+        """Whether a title may be written after it (the assistant's choice)."""
+        self.suggestions = True
         self._store = store
         self._agent = agent
         self._request = request
@@ -244,7 +261,12 @@ class Generation:
             await self._close(saved, status, error, StreamError(error))
         else:
             assert done is not None
-            await self._close(saved, "complete", None, done)
+            paused = done.stop_reason == "pending_approval"
+            await self._close(saved, "awaiting_approval" if paused else "complete", None, done)
+
+    @property
+    def request(self) -> AgentRequest:
+        return self._request
 
     @property
     def stored(self) -> bool:
@@ -287,6 +309,9 @@ class Generation:
         if record is None or self.conversation_id is None:
             return
         try:
+            if record.resume is not None:
+                await self._resume_turn(record.owner, self.conversation_id, record.resume)
+                return
             await self._store.start_turn(
                 record.owner,
                 self.conversation_id,
@@ -297,6 +322,8 @@ class Generation:
                 parent_id=record.parent_id,
                 root=record.root,
                 copy_after=record.copy_after,
+                settle=record.settle,
+                meta=record.meta,
             )
         except LookupError:
             # deleted meanwhile, or (creating) the id is someone else's
@@ -308,6 +335,17 @@ class Generation:
         except SQLAlchemyError as exc:
             log.warning("could not save turn %s: %s", self.message_id, exc)
             raise Overloaded("the database is busy; try again", retry_after=1) from None
+
+    async def _resume_turn(self, owner: str, conversation_id: str, parts: tuple[Part, ...]) -> None:
+        try:
+            await self._store.resume_turn(owner, conversation_id, self.message_id, parts)
+        except LookupError:
+            raise Conflict(
+                "these calls are no longer waiting for approval (decided by another "
+                "request, or the conversation moved on)",
+                param="approvals",
+                code="approval_already_decided",
+            ) from None
 
     async def _commit_step(self) -> None:
         """A finished step is written before the next starts (tool results are safe).
@@ -341,11 +379,19 @@ class Generation:
         if self._record is None:
             return
         turn = self.turn
-        usage = {**turn.usage.to_dict(), **self.cost} if turn.model_calls else None
+        usage = {**turn.usage.to_dict(), **self.cost} if turn.model_calls or turn.resumed else None
         reason = turn.stop_reason
         parts = turn.parts()
         if status == "interrupted":
             parts = _close_pending(parts)
+        finisher = self.finisher
+        if finisher is not None and finisher.needed(parts):
+            try:
+                parts = await asyncio.to_thread(finisher.finish, parts)
+            except Exception:
+                log.exception("finishing %s failed; it is saved as it came", self.message_id)
+            else:
+                turn.replace_parts(parts)  # what a non-streaming client gets, too
         if error is None and turn.stop is not None:
             error_row: dict[str, str | None] | None = {
                 "message": turn.stop.message,

@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from parley.agent.loop import AgentLoop, AgentRequest
+from parley.agent.completion import Completer
+from parley.agent.loop import AgentLoop, AgentRequest, Resume
+from parley.agent.model_call import ModelCall
+from parley.conversations.approvals import Decision, apply_decisions, close_pending
+from parley.conversations.assistants import Assistant, resolve_tool_policy, sampling_settings
+from parley.conversations.finishing import Finisher
 from parley.conversations.generation import Generation, Sink, TurnRecord
+from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.sessions import Sessions
-from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
+from parley.conversations.titles import TitleWriter
+from parley.errors import Conflict, InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
+from parley.interceptors.protocol import TurnInfo
 from parley.messages import (
     FilePart,
     ImagePart,
@@ -28,15 +37,21 @@ from parley.messages import (
     Part,
     TextPart,
     ToolCallPart,
+    ToolPolicy,
     ToolResult,
     ToolSpec,
+    Usage,
 )
 from parley.providers.pricing import PriceCatalog
-from parley.providers.protocol import ModelRequest
+from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
+from parley.store.assistants import AssistantStore
+from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
 from parley.tools.registry import ToolRegistry
+from parley.transforms.images import ImageSaver
+from parley.transforms.output import RegexRule, rewrite_parts
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +115,11 @@ class ChatTurn:
     """Which door the request came through (``chat.completions``, ``chatchat``, ...)."""
     anchor: Anchor | None = None
     """Where a regenerate or an edit answers (None: after the current branch)."""
+    approvals: tuple[Decision, ...] = ()
+    """Decisions on calls waiting for approval: the paused reply carries on (the
+    request's messages are not used)."""
+    assistant: str | None = None
+    """An assistant preset by id or name (None: the conversation's, if it has one)."""
 
 
 class ConversationService:
@@ -111,8 +131,13 @@ class ConversationService:
         tools: ToolRegistry | None = None,
         pricing: PriceCatalog | None = None,
         chain: InterceptorChain | None = None,
+        meta: ConversationMeta | None = None,
+        assistants: AssistantStore | None = None,
+        outgoing: OutgoingBuilder | None = None,
     ) -> None:
         self._settings = settings
+        self._assistants = assistants
+        self._outgoing = outgoing
         self._store = store
         self._registry = registry
         self._tools = tools or ToolRegistry()
@@ -124,10 +149,23 @@ class ConversationService:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+        pricing = pricing or PriceCatalog(settings.pricing)
+        self.completer = Completer(ModelCall(settings.agent, pricing, chain or InterceptorChain()))
+        """The server's own one-shot model calls (titles, suggestions, summaries)."""
+        self._titles = (
+            None
+            if meta is None
+            else TitleWriter(
+                self.completer, meta, store, max_suggestions=settings.chat.max_suggestions
+            )
+        )
+        self._background: set[asyncio.Task[None]] = set()
+        self.images = ImageSaver(settings.data_dir / "files", "/v1/files")
+        """Images of replies, saved as files (``GET /v1/files/{id}``)."""
         self._agent = AgentLoop(
             settings=settings,
             tools=self._tools,
-            pricing=pricing or PriceCatalog(settings.pricing),
+            pricing=pricing,
             store=store,
             shutting_down=lambda: self.shutting_down,
             chain=chain,
@@ -158,6 +196,10 @@ class ConversationService:
         self.begin_shutdown(grace_seconds)
         if self._shutdown_task is not None:
             await asyncio.shield(self._shutdown_task)
+        if self._background:  # titles and suggestions still being written: a short wait
+            _, late = await asyncio.wait(list(self._background), timeout=5)
+            for task in late:
+                task.cancel()
 
     async def _end_running(self, grace_seconds: float) -> None:
         running = [asyncio.ensure_future(g.wait()) for g in self._running]
@@ -179,13 +221,18 @@ class ConversationService:
         """
         if self.shutting_down:
             raise Overloaded("the server is shutting down; try again shortly", retry_after=5)
+        if turn.approvals and (turn.conversation_id is None or not turn.store):
+            raise InvalidRequest(
+                "approvals need the conversation_id of the paused reply", param="approvals"
+            )
         if turn.conversation_id is None or not turn.store:
             generation = await self._prepare(turn)
             if generation.conversation_id is not None and generation.stored:
                 self._sessions.attach(turn.owner, generation.conversation_id, generation)
             return generation
         self._check(turn)  # a bad request must not stop the reply in progress
-        async with self._sessions.turn(turn.owner, turn.conversation_id):
+        supersede = not turn.approvals  # decisions are for a paused reply, not a running one
+        async with self._sessions.turn(turn.owner, turn.conversation_id, supersede=supersede):
             generation = await self._prepare(turn)
             self._sessions.attach(turn.owner, turn.conversation_id, generation)
             return generation
@@ -205,27 +252,42 @@ class ConversationService:
         self._registry.resolve(turn.model)
         self._server_tools(turn)
         last = turn.messages[-1] if turn.messages else None
+        if turn.approvals:
+            return
         if not turn.trailing_answers and last is not None and last.role == "user":
             _check_input(last, len(turn.messages) - 1)
 
     async def _prepare(self, turn: ChatTurn) -> Generation:
-        model = self._registry.resolve(turn.model)
-        server_tools = self._server_tools(turn)
+        assistant = await self._assistant(turn)
+        model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
+        server_tools = self._server_tools(turn, assistant)
         create = turn.conversation_id is None
         parent_id: str | None = None
         prior_cost = 0.0
         root = False
         copy_after: list[str] = []
-        if turn.anchor is not None:
-            history, new, parent_id, root, copy_after, prior_cost = await self._anchored(turn)
-            updates: dict[str, tuple[Part, ...]] = {}
+        settle: str | None = None
+        message_id = new_id("msg")
+        resume: Resume | None = None
+        new: list[Message] = []
+        stored: list[StoredMessage] = []
+        updates: dict[str, tuple[Part, ...]] = {}
+        if turn.approvals:
+            stored, resume, message_id, prior_cost = await self._resumed(turn)
+            # the paused reply's tools stay on (a client resuming may not resend them)
+            used = [p.name for p in resume.parts if isinstance(p, ToolCallPart)]
+            server_tools = tuple(
+                dict.fromkeys((*server_tools, *(n for n in used if n in self._tools)))
+            )
+        elif turn.anchor is not None:
+            stored, new, parent_id, root, copy_after, prior_cost = await self._anchored(turn)
         elif turn.conversation_id is not None:
             try:
-                history, new, updates, parent_id, prior_cost = await self._continue(turn)
+                stored, new, updates, parent_id, prior_cost, settle = await self._continue(turn)
             except NotFound:
                 if not turn.create_missing:
                     raise
-                history, new, updates = [], list(turn.messages), {}
+                new = list(turn.messages)
                 create = True
         else:
             if turn.orphan_answers:
@@ -233,16 +295,35 @@ class ConversationService:
                 raise InvalidRequest(
                     f"tool result for unknown call id {answer.call_id!r}", param=answer.param
                 )
-            history, new, updates = [], list(turn.messages), {}
-        if not any(m.role != "system" for m in history + new):
+            new = list(turn.messages)
+        if not any(m.role != "system" and _usable(m) for m in stored) and not any(
+            m.role != "system" for m in new
+        ):
             raise InvalidRequest("messages must contain a non-system message", param="messages")
         if new and new[-1].role == "user":
             _check_input(new[-1], len(turn.messages) - 1)
+        rules = regex_rules(assistant)
+        if any(rule.applies("user", for_storage=True) for rule in rules):
+            # the assistant's storage rules for user messages: what is stored is sent
+            new = [
+                Message(m.role, rewrite_parts(m.parts, rules, "user", for_storage=True), m.name)
+                if m.role == "user"
+                else m
+                for m in new
+            ]
 
-        message_id = new_id("msg")
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
         record = None
-        if turn.store:
+        if resume is not None:
+            record = TurnRecord(
+                owner=turn.owner,
+                new_messages=[],
+                create=False,
+                title=None,
+                update_parts={},
+                resume=resume.parts,
+            )
+        elif turn.store:
             rows = [NewMessage(new_id("msg"), m.role, m.parts) for m in new]
             rows.append(
                 NewMessage(message_id, "assistant", (), status="streaming", model=model.public_name)
@@ -256,32 +337,80 @@ class ConversationService:
                 parent_id=parent_id,
                 root=root,
                 copy_after=tuple(copy_after),
+                settle=settle,
+                meta={"assistant_id": assistant.id} if create and assistant else None,
             )
         chat = self._settings.chat
+        preset = sampling_settings(assistant)
+        temperature = next(
+            (t for t in (turn.temperature, preset.temperature, model.temperature) if t is not None),
+            None,
+        )
+        options = {
+            **{
+                name: value
+                for name in SAMPLING_OPTIONS
+                if (value := getattr(preset, name, None)) is not None
+            },
+            **turn.options,
+        }
+        if (
+            assistant is not None
+            and assistant.reasoning_effort
+            and "reasoning_effort" not in options
+        ):
+            options["reasoning_effort"] = assistant.reasoning_effort
         template = ModelRequest(
             model=model.model,
             messages=(),
             tools=turn.tools,
             tool_choice=turn.tool_choice,
-            max_tokens=turn.max_tokens or model.max_tokens or chat.default_max_tokens,
-            temperature=turn.temperature if turn.temperature is not None else model.temperature,
-            top_p=turn.top_p,
-            stop=turn.stop,
-            options=turn.options,
+            max_tokens=turn.max_tokens
+            or preset.max_tokens
+            or model.max_tokens
+            or chat.default_max_tokens,
+            temperature=temperature,
+            top_p=turn.top_p if turn.top_p is not None else preset.top_p,
+            stop=turn.stop or tuple(preset.stop or ()),
+            options=options,
             incremental=turn.stream,
         )
+        info = TurnInfo(
+            caller=turn.caller or Caller(turn.owner),
+            source=turn.source,
+            conversation_id=conversation_id,
+            message_id=message_id,
+        )
+        if self._outgoing is not None:
+            # the outgoing request only: rolling context, system prompt, input transformers
+            outgoing = await self._outgoing.build(
+                owner=turn.owner,
+                conversation_id=conversation_id if turn.store else None,
+                stored=stored,
+                new=new,
+                model=model,
+                assistant=assistant,
+                turn=info,
+                max_output=template.max_tokens,
+                tools=server_tools,
+            )
+            history = list(outgoing.messages)
+        else:
+            history = [Message(m.role, m.parts) for m in stored if _usable(m)] + new
         request = AgentRequest(
             owner=turn.owner,
             conversation_id=conversation_id,
             message_id=message_id,
-            history=tuple(history + new),
+            history=tuple(history),
             template=template,
             models=[model, *self._fallbacks(model)],
             server_tools=server_tools,
             caller=turn.caller,
             source=turn.source,
+            policies=self._policies(server_tools, assistant),
+            resume=resume,
         )
-        return Generation(
+        generation = Generation(
             store=self._store,
             agent=self._agent,
             request=request,
@@ -289,9 +418,48 @@ class ConversationService:
             checkpoint_seconds=chat.checkpoint_seconds,
             prior_cost_usd=prior_cost,
         )
+        rules = regex_rules(assistant)
+        if record is not None:
+            generation.finisher = Finisher(turn.owner, rules, self.images)
+        generation.rules = rules
+        if assistant is not None:
+            generation.titles = assistant.generate_titles
+            generation.suggestions = assistant.generate_suggestions
+        return generation
 
-    def _server_tools(self, turn: ChatTurn) -> tuple[str, ...]:
-        """The request's server tools, then the configured defaults (each once)."""
+    async def _assistant(self, turn: ChatTurn) -> Assistant | None:
+        """The turn's assistant: the one it names, else the conversation's (the one named
+        when it was created), if it still exists."""
+        store = self._assistants
+        if store is None:
+            if turn.assistant is not None:
+                raise InvalidRequest("assistants are not available here", param="assistant")
+            return None
+        name = turn.assistant
+        if name is None and turn.conversation_id is not None:
+            try:
+                conversation = await self._store.get_conversation(turn.owner, turn.conversation_id)
+            except LookupError:
+                return None  # reported where the conversation is read
+            name = (conversation.meta or {}).get("assistant_id")
+            if not isinstance(name, str):
+                return None
+            try:
+                return await store.get(turn.owner, name)
+            except LookupError:
+                return None  # deleted since: the server's defaults
+        if name is None:
+            return None
+        try:
+            return await store.get(turn.owner, name)
+        except LookupError:
+            raise NotFound(
+                f"assistant {name!r} not found", param="assistant", code="assistant_not_found"
+            ) from None
+
+    def _server_tools(self, turn: ChatTurn, assistant: Assistant | None = None) -> tuple[str, ...]:
+        """The request's server tools, the assistant's, then the configured defaults
+        (each once)."""
         client = {spec.name for spec in turn.tools}
         clash = client & set(turn.server_tools)
         if clash:
@@ -300,8 +468,102 @@ class ConversationService:
             )
         # a configured default gives way to a client tool of the same name
         defaults = [n for n in self._settings.tools.default_tools if n not in client]
-        names = dict.fromkeys((*turn.server_tools, *defaults))
+        own = [n for n in (assistant.tools if assistant else ()) if n not in client]
+        names = dict.fromkeys((*turn.server_tools, *own, *defaults))
         return tuple(name for name in names if name in self._tools)
+
+    def fast_models(self, model: ResolvedModel) -> list[ResolvedModel]:
+        """The models for the server's own calls: ``chat.fast_model`` (with its
+        fallbacks) when it resolves, else the conversation's model."""
+        name = self._settings.chat.fast_model
+        if name:
+            try:
+                fast = self._registry.resolve(name)
+            except ParleyError as exc:
+                log.warning("chat.fast_model %r is unusable: %s", name, exc)
+            else:
+                return [fast, *self._fallbacks(fast)]
+        return [model, *self._fallbacks(model)]
+
+    def _after_turn(self, generation: Generation) -> None:
+        """After a successful stored turn: a title and follow-up suggestions, in the
+        background (failures are logged, never shown)."""
+        chat = self._settings.chat
+        writer = self._titles
+        conversation_id = generation.conversation_id
+        titles = chat.generate_titles and generation.titles
+        suggestions = chat.generate_suggestions and generation.suggestions
+        if (
+            writer is None
+            or generation.status != "complete"
+            or not generation.stored
+            or conversation_id is None
+            or self.shutting_down
+            or not (titles or suggestions)
+        ):
+            return
+        request = generation.request
+        task = asyncio.ensure_future(
+            writer.after_turn(
+                owner=request.owner,
+                conversation_id=conversation_id,
+                message_id=generation.message_id,
+                models=self.fast_models(generation.model),
+                turn=TurnInfo(
+                    caller=request.caller or Caller(request.owner),
+                    source="internal",
+                    conversation_id=conversation_id,
+                    message_id=generation.message_id,
+                ),
+                titles=titles,
+                suggestions=suggestions,
+            )
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _policies(
+        self, server_tools: tuple[str, ...], assistant: Assistant | None
+    ) -> dict[str, ToolPolicy]:
+        """Each server tool's approval policy (only those that are not auto)."""
+        configured = self._settings.tools.approval
+        found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
+        return {name: policy for name, policy in found.items() if policy != "auto"}
+
+    async def _resumed(self, turn: ChatTurn) -> tuple[list[StoredMessage], Resume, str, float]:
+        """(the branch before the paused reply, how it carries on, its id, what the
+        earlier replies cost)."""
+        assert turn.conversation_id is not None
+        try:
+            stored = await self._store.branch(turn.owner, turn.conversation_id)
+        except LookupError:
+            raise NotFound(
+                f"conversation {turn.conversation_id!r} not found",
+                param="conversation_id",
+                code="conversation_not_found",
+            ) from None
+        paused = stored[-1] if stored else None
+        if paused is None or paused.status != "awaiting_approval":
+            raise Conflict(
+                "nothing in this conversation is waiting for approval",
+                param="approvals",
+                code="no_pending_approvals",
+            )
+        ttl = self._settings.tools.approval_ttl_seconds
+        decided = apply_decisions(
+            paused.parts, turn.approvals, expired=time.time() - paused.updated_at > ttl
+        )
+        earlier = stored[:-1]
+        usage = paused.usage or {}
+        resume = Resume(
+            parts=decided.parts,
+            approved=decided.approved,
+            usage=Usage.from_dict(usage),
+            cost_usd=float(usage.get("response_usd") or 0.0),
+            decided=decided.decided,
+        )
+        cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in earlier)
+        return earlier, resume, paused.id, cost
 
     def _fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
         found: list[ResolvedModel] = []
@@ -317,15 +579,16 @@ class ConversationService:
         generation.start(sink, cancel_when_gone=self._settings.server.on_disconnect == "cancel")
         self._running.add(generation)
         generation.on_finished(self._running.discard)
+        generation.on_finished(self._after_turn)
         if self._shutdown_task is not None and self._shutdown_task.done():
             # prepared before the shutdown began, started after its grace ran out
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
 
     async def _anchored(
         self, turn: ChatTurn
-    ) -> tuple[list[Message], list[Message], str | None, bool, list[str], float]:
-        """(history, new messages, their parent, whether they start at the root, ids to
-        copy after the reply, what the kept history's replies cost)."""
+    ) -> tuple[list[StoredMessage], list[Message], str | None, bool, list[str], float]:
+        """(the kept branch, new messages, their parent, whether they start at the root,
+        ids to copy after the reply, what the kept history's replies cost)."""
         anchor = turn.anchor
         assert anchor is not None
         assert turn.conversation_id is not None
@@ -356,15 +619,22 @@ class ConversationService:
             kept, new, parent, copy = path, [], target.id, []
         else:
             raise InvalidRequest("a system message cannot be regenerated", param="message_id")
-        history = [Message(m.role, m.parts) for m in kept if _usable(m)]
         cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in kept)
-        return history, new, parent, parent is None, copy, cost
+        return kept, new, parent, parent is None, copy, cost
 
     async def _continue(
         self, turn: ChatTurn
-    ) -> tuple[list[Message], list[Message], dict[str, tuple[Part, ...]], str | None, float]:
-        """(history, new messages, parts to update, parent of the new messages, what the
-        branch's replies cost so far)."""
+    ) -> tuple[
+        list[StoredMessage],
+        list[Message],
+        dict[str, tuple[Part, ...]],
+        str | None,
+        float,
+        str | None,
+    ]:
+        """(the branch (the updated parts in it), new messages, parts to update, parent of
+        the new messages, what the branch's replies cost so far, a paused reply the new
+        message leaves behind)."""
         assert turn.conversation_id is not None
         try:
             stored = await self._store.branch(turn.owner, turn.conversation_id)
@@ -374,12 +644,16 @@ class ConversationService:
                 param="conversation_id",
                 code="conversation_not_found",
             ) from None
-        history = [Message(m.role, m.parts) for m in stored if _usable(m)]
         cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in stored)
         updates: dict[str, tuple[Part, ...]] = {}
+        settle: str | None = None
+        if stored and stored[-1].status == "awaiting_approval":
+            # a new message instead of decisions: the waiting calls are closed, unrun
+            settle = stored[-1].id
+            updates[settle] = close_pending(stored[-1].parts)
         if turn.trailing_answers:
-            history, updates = _answer_calls(stored, history, turn.trailing_answers)
-            return history, [], updates, None, cost
+            updates.update(_answer_calls(stored, turn.trailing_answers))
+            return _updated(stored, updates), [], updates, None, cost, settle
         if not turn.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
         last = turn.messages[-1]
@@ -392,10 +666,11 @@ class ConversationService:
         if _is_retry(stored, last):
             # The same message again after a reply that failed before any output (a
             # client retrying): answer the stored message instead of storing it twice.
-            return history, [], updates, stored[-2].id, cost
+            return _updated(stored, updates), [], updates, stored[-2].id, cost, settle
         # The new message goes under what the model is shown, even if another turn
         # lands first (it then starts a branch of its own).
-        return history, [last], updates, stored[-1].id if stored else None, cost
+        parent = stored[-1].id if stored else None
+        return _updated(stored, updates), [last], updates, parent, cost, settle
 
 
 def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
@@ -406,6 +681,16 @@ def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
         and not stored[-1].parts
         and stored[-2].role == "user"
         and stored[-2].parts == message.parts
+    )
+
+
+def regex_rules(assistant: Assistant | None) -> tuple[RegexRule, ...]:
+    """An assistant's regex rules, ready to run."""
+    if assistant is None:
+        return ()
+    return tuple(
+        RegexRule(r.pattern, r.replacement, frozenset(r.roles), r.display_only, name=f"rule {i}")
+        for i, r in enumerate(assistant.regex_rules)
     )
 
 
@@ -431,9 +716,15 @@ def _usable(message: StoredMessage) -> bool:
     return bool(message.parts)
 
 
+def _updated(
+    stored: list[StoredMessage], updates: dict[str, tuple[Part, ...]]
+) -> list[StoredMessage]:
+    return [replace(m, parts=updates[m.id]) if m.id in updates else m for m in stored]
+
+
 def _answer_calls(
-    stored: list[StoredMessage], history: list[Message], answers: tuple[ToolAnswer, ...]
-) -> tuple[list[Message], dict[str, tuple[Part, ...]]]:
+    stored: list[StoredMessage], answers: tuple[ToolAnswer, ...]
+) -> dict[str, tuple[Part, ...]]:
     """Attach client tool results to the stored assistant calls they answer."""
     by_call: dict[str, ToolAnswer] = {a.call_id: a for a in answers}
     target = next((m for m in reversed(stored) if m.role == "assistant" and m.parts), None)
@@ -454,12 +745,7 @@ def _answer_calls(
         else p
         for p in target.parts
     )
-    index = max(i for i, m in enumerate(stored) if m.id == target.id)
-    usable = [m for m in stored if _usable(m)]
-    position = next(i for i, m in enumerate(usable) if m.id == stored[index].id)
-    history = list(history)
-    history[position] = Message("assistant", parts)
-    return history, {target.id: parts}
+    return {target.id: parts}
 
 
 def _title(messages: list[Message]) -> str | None:

@@ -55,13 +55,24 @@ class Sessions:
         return len(self._sessions)
 
     @asynccontextmanager
-    async def turn(self, owner: str, conversation_id: str) -> AsyncIterator[Session]:
+    async def turn(
+        self, owner: str, conversation_id: str, *, supersede: bool = True
+    ) -> AsyncIterator[Session]:
         """Hold the conversation for a new turn: the generation in progress (if any) is
-        superseded and awaited on entry; register the new one before leaving."""
+        superseded and awaited on entry (without ``supersede``: Conflict instead);
+        register the new one before leaving."""
         key = (owner, conversation_id)
         session = self._acquire(key)
         try:
             async with session.lock:
+                running = session.generation
+                if not supersede and running is not None and not running.done:
+                    raise Conflict(
+                        "a reply is being generated in this conversation; wait for it "
+                        "or cancel it first",
+                        param="conversation_id",
+                        code="generation_running",
+                    )
                 await _end(
                     session.generation,
                     Superseded(

@@ -38,7 +38,7 @@ DEFAULT_MAX_TOKENS = 4096
 
 _PASSTHROUGH_OPTIONS = ("top_k", "thinking")
 
-THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384, "max": 32000}
 """OpenAI's ``reasoning_effort`` -> an extended-thinking budget (unknown levels: none)."""
 
 _STOP_REASONS: dict[str, StopReason] = {
@@ -230,7 +230,7 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
     for key in _PASSTHROUGH_OPTIONS:
         if request.options.get(key) is not None:
             body[key] = request.options[key]
-    budget = THINKING_BUDGETS.get(str(request.options.get("reasoning_effort")))
+    budget = THINKING_BUDGETS.get(str(request.options.get("reasoning_effort")).lower())
     if budget is not None and "thinking" not in body:
         body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         body["max_tokens"] = max(body["max_tokens"], budget + 1024)

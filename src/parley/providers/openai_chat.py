@@ -235,7 +235,22 @@ def request_body(request: ModelRequest, tokens_field: str = "max_tokens") -> dic
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
     body.update({k: v for k, v in request.options.items() if k in SAMPLING_OPTIONS})
+    if "reasoning_effort" in body:
+        effort = REASONING_EFFORTS.get(str(body.pop("reasoning_effort")).lower())
+        if effort is not None:
+            body["reasoning_effort"] = effort
     return body
+
+
+REASONING_EFFORTS = {
+    "none": "none",
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "max": "high",  # the highest the Chat Completions API knows
+}
+"""Reasoning effort levels -> what OpenAI's API accepts; any other level is not sent."""
 
 
 def to_openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:

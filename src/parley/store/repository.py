@@ -137,6 +137,8 @@ class ConversationStore(BranchOps):
         parent_id: str | None = None,
         root: bool = False,
         copy_after: Sequence[str] = (),
+        settle: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         """Write a turn's new messages (ids made by the caller) in one transaction.
 
@@ -144,7 +146,9 @@ class ConversationStore(BranchOps):
         appended to its current branch, or under ``parent_id`` when given (at the root
         with ``root``: a new version of the first message). ``copy_after`` names
         messages copied, in order, after the new ones (the later messages a regenerated
-        reply keeps). The last message written becomes the branch head. ``update_parts``
+        reply keeps). ``settle`` names a reply paused for approval that the new message
+        leaves behind (its calls closed in ``update_parts``): it becomes complete. The
+        last message written becomes the branch head. ``update_parts``
         replaces the parts of existing messages (tool results a client sends for calls
         stored earlier). Raises
         LookupError when the conversation is missing, someone else's, or (``create``)
@@ -163,7 +167,13 @@ class ConversationStore(BranchOps):
                             "owner": owner,
                             "title": title,
                             "head_id": new_messages[-1].id if new_messages else None,
-                            "meta": None,
+                            # a title taken from the first line is provisional: a
+                            # generated one replaces it, a user's never is
+                            "meta": {
+                                **({"title_provisional": True} if title is not None else {}),
+                                **(meta or {}),
+                            }
+                            or None,
                             "created_at": now,
                             "updated_at": now,
                         },
@@ -183,6 +193,16 @@ class ConversationStore(BranchOps):
                         "parts": parts_to_json(parts),
                         "updated_at": now,
                     },
+                )
+            if settle is not None:
+                conn.execute(
+                    update(messages)
+                    .where(
+                        messages.c.id == settle,
+                        messages.c.owner == owner,
+                        messages.c.status == "awaiting_approval",
+                    )
+                    .values(status="complete", updated_at=now)
                 )
             rows: list[dict[str, Any]] = []
             for offset, message in enumerate(new_messages):
@@ -217,6 +237,29 @@ class ConversationStore(BranchOps):
                 conn.execute(
                     _MOVE_HEAD, {"b_id": conversation_id, "head_id": parent, "updated_at": now}
                 )
+
+        await self._db.write(transaction)
+
+    async def resume_turn(
+        self, owner: str, conversation_id: str, message_id: str, parts: tuple[Part, ...]
+    ) -> None:
+        """A reply paused for approval carries on: its parts (the decisions applied) are
+        written and it is streaming again. Exactly one resume wins: LookupError when the
+        message is not (or no longer) awaiting approval."""
+
+        def transaction(conn: Connection) -> None:
+            result = conn.execute(
+                update(messages)
+                .where(
+                    messages.c.id == message_id,
+                    messages.c.conversation_id == conversation_id,
+                    messages.c.owner == owner,
+                    messages.c.status == "awaiting_approval",
+                )
+                .values(status="streaming", parts=parts_to_json(parts), updated_at=time.time())
+            )
+            if not result.rowcount:
+                raise LookupError(message_id)
 
         await self._db.write(transaction)
 

@@ -154,3 +154,25 @@ assistants = Table(
     UniqueConstraint("owner", "name", name="uq_assistants_owner_name"),
     Index("ix_assistants_owner_created", "owner", "created_at"),
 )
+
+# rolling context summaries (store/summaries.py): each covers an exact branch prefix
+summaries = Table(
+    "summaries",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column(
+        "conversation_id",
+        String(64),
+        ForeignKey("conversations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("owner", String(200), nullable=False),
+    Column("covers", JSON, nullable=False),  # message ids, oldest first
+    Column("text", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("instructions", Text, nullable=True),
+    Column("model", String(256), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("reverted_at", Float, nullable=True),
+    Index("ix_summaries_conversation_created", "conversation_id", "created_at"),
+)

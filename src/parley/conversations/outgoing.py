@@ -1,0 +1,569 @@
+"""The outgoing history of a turn: what the model is sent, built from the stored branch.
+
+``OutgoingBuilder.build`` takes the stored branch and the turn's new (unsaved) messages
+and returns the messages to send, in three steps (behaviours.md section 4):
+
+1. **Rolling context** (with a conversation id and ``context.enabled``): over the
+   threshold (``context_threshold`` of the configured value and the model's window and
+   output), the older part of the branch is replaced by a summary of it (see
+   ``context.py``). A saved summary is reused while it still covers an exact prefix of
+   the branch followed by a user message; otherwise a new one is written by the summary
+   model (``context.summary_model``, else ``chat.fast_model``, else the conversation's
+   model; through the ``Completer``, so interceptors and fallbacks apply) and saved,
+   unless the branch changed meanwhile (then it is used for this turn only). If
+   summarising fails, only the previous usable summary (maybe none) and the recent
+   window are sent, never the full history, and a note says so.
+2. **System prompt** (``transforms/prompt.py`` order): the assistant's prompt and the
+   conversation's own leading system message (the assistant's first), a capability note
+   for a model without tools when tools are in play, the rolling summary. Memories and
+   tool prompts have slots there but nothing fills them yet.
+3. **Input transformers** (``transforms/input.py``), configured from the assistant's
+   transformer settings (``pipeline_config``).
+
+``compact`` is the manual compaction: everything before the newest user message is
+summarised now, with the user's instructions.
+
+Decisions:
+
+- The new messages get ids (``unsaved:N``) that no saved summary can cover, and the
+  plan never lets a new summary cover them: when the window would start inside them,
+  it starts at the last user message the store has (or the first new one) instead.
+- Stored messages without parts (a reply that failed before any output) are never
+  sent, but they stay in the planned branch, so ``covers`` is an exact prefix of the
+  stored branch.
+- The summary used is the newest not reverted one that applies to this branch (a
+  branch switched back to gets its own summary again), not only the newest of all.
+- Placeholders are resolved in ``{{name}}`` form only: ``{user}`` is too common in code
+  that users paste.
+- Stored messages are never changed: everything here works on copies.
+
+What does not belong here: the summariser itself (``context.py``), SQL
+(``store/summaries.py``), the HTTP routes (``api/context.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from parley.agent.completion import Completer
+from parley.conversations.assistants import Assistant, TransformerSettings, transformer_settings
+from parley.conversations.context import (
+    MAX_TOKENS_FACTOR,
+    REJECT_FACTOR,
+    ContextPlan,
+    Entry,
+    SummaryRecord,
+    SummaryRejected,
+    context_threshold,
+    plan_context,
+    record_for,
+    summarise,
+    summary_applies,
+)
+from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
+from parley.interceptors.protocol import TurnInfo
+from parley.messages import Message, TextPart
+from parley.providers.registry import ProviderRegistry, ResolvedModel
+from parley.settings import Settings
+from parley.store.repository import ConversationStore, StoredMessage
+from parley.store.summaries import StoredSummary, SummaryStore
+from parley.tools.registry import ToolRegistry
+from parley.transforms.input import (
+    CAPABILITY_TOOLS,
+    DocumentPromptConfig,
+    InjectionConfig,
+    InjectionPosition,
+    InputPipeline,
+    KnowledgeConfig,
+    LorebookEntry,
+    MemoryConfig,
+    OcrConfig,
+    PipelineConfig,
+    PlaceholderConfig,
+    PromptInjectionConfig,
+    TemplateConfig,
+    TimeReminderConfig,
+    TransformContext,
+    UsedSnippet,
+    WorkspaceReminderConfig,
+    build_pipeline,
+)
+from parley.transforms.prompt import (
+    TOOLS_UNAVAILABLE_NOTE,
+    assemble_system_prompt,
+    with_system_prompt,
+)
+
+log = logging.getLogger(__name__)
+
+UNSAVED = "unsaved:"
+"""The id prefix of the turn's new messages while planning (stored ids never have it)."""
+PROMPT_RESERVE_TOKENS = 600
+"""Room kept for the summariser's own instructions when sizing its segments."""
+MIN_SEGMENT_TOKENS = 256
+PIPELINE_CACHE = 64
+"""Input pipelines kept, one per assistant version (their document caches live on)."""
+
+SUMMARY_FAILED_NOTE = (
+    "The earlier part of this conversation could not be summarised ({reason}); only the "
+    "most recent messages were sent."
+)
+SUMMARY_DROPPED_NOTE = (
+    "The conversation changed while it was being summarised: the summary was used for "
+    "this reply but not saved."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """The history to send for one turn, and what building it did."""
+
+    messages: tuple[Message, ...]
+    """Stored branch + new messages, shaped: the system prompt first."""
+    notes: tuple[str, ...] = ()
+    """What could not be done (a failed summary, an unreadable file ...)."""
+    used_snippets: tuple[UsedSnippet, ...] = ()
+    """Knowledge sent, in source-number order: the reply's citations."""
+    summary: SummaryRecord | None = None
+    """The rolling summary sent in the system prompt (None: none). Normally saved; not
+    when the conversation changed while it was written."""
+
+
+class OutgoingBuilder:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: ProviderRegistry,
+        completer: Completer,
+        summaries: SummaryStore,
+        store: ConversationStore,
+        tools: ToolRegistry,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._completer = completer
+        self._summaries = summaries
+        self._store = store
+        self._tools = tools
+        self._default_pipeline = build_pipeline(pipeline_config(TransformerSettings()))
+        self._pipelines: OrderedDict[tuple[str, float], InputPipeline] = OrderedDict()
+
+    # --- a turn -----------------------------------------------------------------------
+
+    async def build(
+        self,
+        *,
+        owner: str,
+        conversation_id: str | None,
+        stored: Sequence[StoredMessage],
+        new: Sequence[Message],
+        model: ResolvedModel,
+        assistant: Assistant | None,
+        turn: TurnInfo,
+        now: datetime | None = None,
+        max_output: int | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> Outgoing:
+        """The messages to send for a turn: ``stored`` (the branch, oldest first) then
+        ``new`` (not saved yet), shaped. ``max_output``: the turn's output cap (default:
+        the model's, else ``chat.default_max_tokens``). ``tools``: the names of the tools
+        the turn offers (default: the assistant's and the configured default tools)."""
+        moment = _aware(now or datetime.now(UTC))
+        entries: list[Entry] = [(m.id, Message(m.role, m.parts)) for m in stored]
+        entries += [(f"{UNSAVED}{i}", m) for i, m in enumerate(new)]
+        times = {m.id: _time(m.created_at) for m in stored}
+        notes: list[str] = []
+        summary: SummaryRecord | None = None
+        chosen = entries
+        if conversation_id is not None and self._settings.context.enabled:
+            chosen, summary = await self._rolling(
+                owner, conversation_id, entries, len(stored), model, turn, max_output, notes
+            )
+        kept = [(i, m) for i, m in chosen if m.parts]
+        messages = [m for _, m in kept]
+        message_times: list[datetime | None] = [times.get(i, moment) for i, _ in kept]
+        messages, message_times = self._with_prompt(
+            messages, message_times, model, assistant, summary, tools
+        )
+        context = TransformContext(
+            now=moment,
+            model=model.public_name,
+            assistant_name=assistant.name if assistant else None,
+            conversation_id=conversation_id,
+            message_times=tuple(message_times),
+            workspace=None,
+            capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ()),
+        )
+        result = await self._pipeline(assistant).apply(messages, context)
+        return Outgoing(
+            messages=tuple(result.messages),
+            notes=tuple(dict.fromkeys([*notes, *result.notes])),
+            used_snippets=tuple(result.used_snippets),
+            summary=summary,
+        )
+
+    async def _rolling(
+        self,
+        owner: str,
+        conversation_id: str,
+        entries: list[Entry],
+        saved: int,
+        model: ResolvedModel,
+        turn: TurnInfo,
+        max_output: int | None,
+        notes: list[str],
+    ) -> tuple[list[Entry], SummaryRecord | None]:
+        """(the entries to send, the summary to put in the system prompt)."""
+        threshold = self.threshold(model, max_output)
+        previous = await self._previous(owner, conversation_id, entries)
+        plan = plan_context(
+            entries, previous, threshold, recent_fraction=self._settings.context.recent_fraction
+        )
+        if plan.window_start > saved:
+            # the window would start inside the unsaved messages: start it at the last
+            # user message the store has (or the first new one) instead
+            head = plan_context(
+                entries[: saved + 1],
+                previous,
+                threshold,
+                recent_fraction=self._settings.context.recent_fraction,
+                force=True,
+            )
+            plan = replace(
+                head,
+                window=(*head.window, *entries[saved + 1 :]),
+                estimated_tokens=plan.estimated_tokens,
+            )
+        if not plan.needs_summary:
+            return list(plan.system + plan.window), plan.summary
+        try:
+            record, written_by = await self._summarise(plan, model, turn, None, None)
+        except Exception as exc:  # a failed summary never fails the turn
+            log.warning(
+                "conversation %s: summarising %d messages failed (%s); sending the recent "
+                "window only",
+                conversation_id,
+                len(plan.summarise),
+                _reason(exc),
+            )
+            notes.append(SUMMARY_FAILED_NOTE.format(reason=_reason(exc)))
+            return list(plan.system + plan.window), plan.summary
+        try:
+            saved_row = await self._summaries.save(owner, conversation_id, record, written_by)
+        except LookupError:
+            saved_row = None
+        if saved_row is None:
+            log.info("conversation %s changed while summarising: summary dropped", conversation_id)
+            notes.append(SUMMARY_DROPPED_NOTE)
+        return list(plan.system + plan.window), record
+
+    # --- manual compaction ----------------------------------------------------------------
+
+    async def compact(
+        self,
+        *,
+        owner: str,
+        conversation_id: str,
+        model: ResolvedModel,
+        turn: TurnInfo,
+        instructions: str | None,
+        summary_model: ResolvedModel | None = None,
+    ) -> SummaryRecord:
+        """Summarise everything before the newest user message now and save it as the
+        current summary. ``model`` is the conversation's (it sizes the summary);
+        ``summary_model`` writes it (default: as for a turn).
+
+        Raises NotFound (no such conversation), InvalidRequest (nothing to summarise),
+        Conflict (the branch changed meanwhile), ProviderError (the model failed, or
+        wrote an empty or over-long summary)."""
+        try:
+            stored = await self._store.branch(owner, conversation_id)
+        except LookupError:
+            raise _not_found(conversation_id) from None
+        entries: list[Entry] = [(m.id, Message(m.role, m.parts)) for m in stored]
+        wanted = instructions.strip() if instructions and instructions.strip() else None
+        threshold = self.threshold(model)
+        fraction = self._settings.context.recent_fraction
+        previous = await self._previous(owner, conversation_id, entries)
+        plan = plan_context(entries, previous, threshold, recent_fraction=fraction, force=True)
+        if not plan.needs_summary and previous is not None and wanted is not None:
+            # nothing new since the last summary: write it again, from the messages
+            plan = plan_context(entries, None, threshold, recent_fraction=fraction, force=True)
+        if not plan.needs_summary:
+            raise InvalidRequest(
+                "nothing to summarise: only the newest user message and what follows it "
+                "are left" + (" after the current summary" if previous is not None else ""),
+                code="nothing_to_summarise",
+            )
+        writers = self._summary_models(model, summary_model)
+        try:
+            record, written_by = await self._summarise(plan, model, turn, wanted, writers)
+        except SummaryRejected as exc:
+            raise ProviderError(
+                f"the model's summary was rejected: {exc.message}",
+                provider=writers[0].provider.name,
+                code="summary_rejected",
+            ) from exc
+        try:
+            saved = await self._summaries.save(owner, conversation_id, record, written_by)
+        except LookupError:
+            raise _not_found(conversation_id) from None
+        if saved is None:
+            raise Conflict(
+                "the conversation changed while it was being summarised; try again",
+                code="conversation_changed",
+            )
+        return record
+
+    # --- parts ----------------------------------------------------------------------------
+
+    def threshold(self, model: ResolvedModel, max_output: int | None = None) -> int:
+        """The rolling-context threshold for ``model`` (estimated tokens)."""
+        context = self._settings.context
+        output = max_output or model.max_tokens or self._settings.chat.default_max_tokens
+        return context_threshold(
+            context.threshold_tokens,
+            model.context_tokens,
+            output,
+            minimum=context.minimum_threshold_tokens,
+        )
+
+    async def _previous(
+        self, owner: str, conversation_id: str, entries: Sequence[Entry]
+    ) -> SummaryRecord | None:
+        """The newest saved summary (not reverted) this branch can use: it covers an exact
+        prefix, followed by a user message."""
+        ids = [i for i, _ in entries]
+        for row in await self._summaries.active(owner, conversation_id):
+            record = summary_record(row)
+            count = len(record.covers)
+            if (
+                summary_applies(record, ids)
+                and count < len(entries)
+                and entries[count][1].role == "user"
+            ):
+                return record
+        return None
+
+    async def _summarise(
+        self,
+        plan: ContextPlan,
+        model: ResolvedModel,
+        turn: TurnInfo,
+        instructions: str | None,
+        writers: list[ResolvedModel] | None,
+    ) -> tuple[SummaryRecord, str]:
+        """(the new record for ``plan``, the public name of the model that wrote it)."""
+        models = writers or self._summary_models(model)
+        answered: list[str] = []
+
+        async def complete(prompt: list[Message], max_tokens: int) -> str:
+            completion = await self._completer.complete(
+                models, prompt, max_tokens=max_tokens, purpose="summary", turn=turn
+            )
+            answered.append(completion.model)
+            return completion.text
+
+        previous = plan.summary.text if plan.summary is not None else None
+        text = await summarise(
+            [m for _, m in plan.summarise if m.parts],
+            previous,
+            complete,
+            target_tokens=plan.target_tokens,
+            segment_tokens=self._segment_tokens(models[0], plan.target_tokens),
+            instructions=instructions,
+        )
+        record = record_for(plan, text, instructions=instructions)
+        return record, answered[-1] if answered else models[0].public_name
+
+    def _summary_models(
+        self, model: ResolvedModel, chosen: ResolvedModel | None = None
+    ) -> list[ResolvedModel]:
+        """The summariser and its fallbacks: ``chosen``, else ``context.summary_model``,
+        else ``chat.fast_model``, else the conversation's model."""
+        writer = chosen
+        name = self._settings.context.summary_model or self._settings.chat.fast_model
+        if writer is None and name:
+            try:
+                writer = self._registry.resolve(name)
+            except ParleyError as exc:
+                log.warning("summary model %r: %s; using %s", name, exc, model.public_name)
+        writer = writer or model
+        models = [writer]
+        for fallback in writer.fallbacks:
+            try:
+                models.append(self._registry.resolve(fallback))
+            except ParleyError as exc:
+                log.warning("fallback model %r of %s: %s", fallback, writer.public_name, exc)
+        return models
+
+    def _segment_tokens(self, writer: ResolvedModel, target: int) -> int:
+        """``context.segment_tokens``, less when a segment, the running summary, the
+        reply and the instructions would not fit the summariser's window."""
+        configured = self._settings.context.segment_tokens
+        window = writer.context_tokens
+        if not window:
+            return configured
+        room = (
+            window
+            - MAX_TOKENS_FACTOR * target
+            - math.ceil(REJECT_FACTOR * target)
+            - PROMPT_RESERVE_TOKENS
+        )
+        return max(min(configured, room), MIN_SEGMENT_TOKENS)
+
+    def _with_prompt(
+        self,
+        messages: list[Message],
+        times: list[datetime | None],
+        model: ResolvedModel,
+        assistant: Assistant | None,
+        summary: SummaryRecord | None,
+        tools: Sequence[str] | None,
+    ) -> tuple[list[Message], list[datetime | None]]:
+        """The system prompt put in front: the assistant's prompt, then the conversation's
+        own leading system message, the capability note and the rolling summary."""
+        lead = messages[0] if messages and messages[0].role == "system" else None
+        own = lead.text.strip() if lead is not None else ""
+        mine = assistant.system_prompt.strip() if assistant is not None else ""
+        note = None
+        if not model.provider.supports_tools and self._tools_in_play(assistant, tools):
+            note = TOOLS_UNAVAILABLE_NOTE
+        prompt = assemble_system_prompt(
+            assistant_prompt="\n\n".join(p for p in (mine, own) if p) or None,
+            capability_note=note,
+            rolling_summary=summary.text if summary is not None else None,
+        )
+        if prompt is None:
+            return messages, times
+        if lead is not None:  # its text is in the prompt now; other parts stay
+            others = tuple(p for p in lead.parts if not isinstance(p, TextPart))
+            messages = [Message("system", others, lead.name), *messages[1:]]
+        shaped = with_system_prompt(messages, prompt)
+        if len(shaped) > len(messages):
+            times = [None, *times]
+        return shaped, times
+
+    def _tools_in_play(self, assistant: Assistant | None, tools: Sequence[str] | None) -> bool:
+        if tools is not None:
+            return bool(tools)
+        if assistant is not None and assistant.tools:
+            return True
+        return any(name in self._tools for name in self._settings.tools.default_tools)
+
+    def _pipeline(self, assistant: Assistant | None) -> InputPipeline:
+        """The assistant's input pipeline (kept per assistant version)."""
+        if assistant is None:
+            return self._default_pipeline
+        key = (assistant.id, assistant.updated_at)
+        pipeline = self._pipelines.get(key)
+        if pipeline is not None:
+            self._pipelines.move_to_end(key)
+            return pipeline
+        try:
+            config = pipeline_config(transformer_settings(assistant))
+        except ValueError:  # a stored setting that no longer validates
+            log.exception("assistant %s: invalid transformer settings; defaults used", assistant.id)
+            config = pipeline_config(TransformerSettings())
+        pipeline = build_pipeline(config)
+        self._pipelines[key] = pipeline
+        while len(self._pipelines) > PIPELINE_CACHE:
+            self._pipelines.popitem(last=False)
+        return pipeline
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+_POSITIONS: dict[str, InjectionPosition] = {
+    "before_system": "before_system_prompt",
+    "after_system": "after_system_prompt",
+    "top": "top_of_chat",
+    "bottom": "bottom_of_chat",
+    "at_depth": "at_depth",
+}
+
+
+def pipeline_config(settings: TransformerSettings) -> PipelineConfig:
+    """An assistant's transformer settings as the pipeline's configuration. The defaults
+    (no assistant): placeholders and documents on, the rest off. OCR and retrieval stay
+    off until their services exist."""
+    modes = tuple(
+        InjectionConfig(
+            name=item.name or f"injection {index + 1}",
+            content=item.content,
+            position=_POSITIONS[item.position],
+            depth=item.depth,
+            role=item.role,
+            enabled=item.enabled,
+        )
+        for index, item in enumerate(settings.prompt_injections)
+    )
+    lorebook = tuple(
+        LorebookEntry(
+            name=entry.name or f"entry {index + 1}",
+            content=entry.content,
+            keywords=tuple(entry.keywords),
+            use_regex=entry.use_regex,
+            case_sensitive=entry.case_sensitive,
+            scan_depth=entry.scan_depth,
+            constant=entry.constant,
+            position=_POSITIONS[entry.position],
+            depth=entry.depth,
+            role=entry.role,
+            enabled=entry.enabled,
+        )
+        for index, entry in enumerate(settings.lorebook)
+    )
+    template = settings.template
+    return PipelineConfig(
+        time_reminder=TimeReminderConfig(enabled=settings.time_reminder),
+        injection=PromptInjectionConfig(modes=modes, lorebook=lorebook),
+        placeholders=PlaceholderConfig(enabled=settings.placeholders, single_braces=False),
+        documents=DocumentPromptConfig(enabled=settings.documents),
+        ocr=OcrConfig(enabled=False),
+        template=TemplateConfig(template=template)
+        if template is not None
+        else TemplateConfig(enabled=False),
+        workspace=WorkspaceReminderConfig(enabled=settings.workspace_reminder),
+        knowledge=KnowledgeConfig(enabled=False),
+        memory=MemoryConfig(enabled=False),
+    )
+
+
+def summary_record(row: StoredSummary) -> SummaryRecord:
+    """A stored summary as the planner's record."""
+    return SummaryRecord(
+        covers=row.covers,
+        text=row.text,
+        tokens=row.tokens,
+        created_at=row.created_at,
+        id=row.id,
+        instructions=row.instructions,
+    )
+
+
+def _time(created_at: float) -> datetime:
+    return datetime.fromtimestamp(created_at, UTC)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _reason(exc: BaseException) -> str:
+    message = exc.message if isinstance(exc, ParleyError) else str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _not_found(conversation_id: str) -> NotFound:
+    return NotFound(
+        f"conversation {conversation_id!r} not found",
+        param="conversation_id",
+        code="conversation_not_found",
+    )

@@ -1,0 +1,92 @@
+"""Titles and follow-up suggestions after a successful turn, through a real server: a
+fast model writes them in the background, and the conversations API shows them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from tests.conftest import server_config
+from tests.support.mock_openai import MockOpenAI
+from tests.support.server import ParleyServer
+
+
+@pytest.fixture(scope="module")
+def server(
+    upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ParleyServer]:
+    config = server_config(
+        upstream,
+        chat={"generate_titles": True, "generate_suggestions": True, "fast_model": "mock/small"},
+    )
+    with ParleyServer(tmp_path_factory.mktemp("titles"), config) as parley:
+        yield parley
+
+
+def conversation(server: ParleyServer, cid: str) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{server.url}/v1/conversations/{cid}").json()
+    return body
+
+
+def wait_for(check: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.05)
+
+
+def test_a_title_and_suggestions_follow_a_successful_turn(
+    server: ParleyServer, upstream: MockOpenAI
+) -> None:
+    upstream.reset()
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+    upstream.queue_text("Paris is the capital of France.")
+    upstream.route_text("short title", "Capital of France")
+    upstream.route_text("follow-up", '["What about Germany?", "How big is Paris?"]')
+    reply = client.chat.completions.create(
+        model="fast", messages=[{"role": "user", "content": "what is the capital of france"}]
+    )
+    cid = (reply.model_extra or {})["parley"]["conversation_id"]
+    # the provisional title (the first line) until the generated one lands
+    wait_for(lambda: conversation(server, cid)["title"] == "Capital of France")
+    wait_for(lambda: conversation(server, cid)["suggestions"] != [])
+    body = conversation(server, cid)
+    assert body["suggestions"] == ["What about Germany?", "How big is Paris?"]
+    fast = [r for r in upstream.requests if r["model"] == "small"]
+    assert len(fast) == 2  # both went to chat.fast_model
+    # a user's title is never replaced, and suggestions belong to the newest reply
+    httpx.patch(f"{server.url}/v1/conversations/{cid}", json={"title": "Mine"})
+    upstream.queue_text("Berlin.")
+    upstream.route_text("short title", "Should not be used")
+    upstream.route_text("follow-up", '["And Italy?"]')
+    client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "and germany?"}],
+        extra_body={"conversation_id": cid},
+    )
+    wait_for(lambda: conversation(server, cid)["suggestions"] == ["And Italy?"])
+    assert conversation(server, cid)["title"] == "Mine"
+    assert not any("short title" in str(r) for r in upstream.requests[-2:])
+
+
+def test_a_failing_fast_model_costs_the_user_nothing(
+    server: ParleyServer, upstream: MockOpenAI
+) -> None:
+    upstream.reset()
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+    upstream.queue_text("Fine.")  # nothing scripted for the title: the mock answers 500
+    reply = client.chat.completions.create(
+        model="fast", messages=[{"role": "user", "content": "hello there"}]
+    )
+    assert reply.choices[0].message.content == "Fine."
+    cid = (reply.model_extra or {})["parley"]["conversation_id"]
+    wait_for(lambda: len(upstream.requests) >= 3)
+    time.sleep(0.2)
+    body = conversation(server, cid)
+    assert body["title"] == "hello there"  # the provisional one stays
+    assert body["suggestions"] == []
+    assert "title" in server.log() or "suggestion" in server.log()
