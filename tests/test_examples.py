@@ -119,3 +119,32 @@ def test_interceptors_yaml(tmp_path: Path, upstream: MockOpenAI) -> None:
     assert denied["role"] == "tool"
     assert denied["content"].startswith("[HOOK DENIED] Tool 'web_fetch' was blocked: pages on")
     assert "model call chat -> openai/mock-model" in log
+
+
+def test_approvals_example(tmp_path: Path, upstream: MockOpenAI) -> None:
+    """examples/approvals.yaml and examples/approvals.py as written."""
+    server = ParleyServer(
+        tmp_path,
+        {},
+        env={"OPENAI_BASE_URL": upstream.base_url, "OPENAI_API_KEY": "sk-upstream"},
+    )
+    server.config_path.write_text(
+        (EXAMPLES / "approvals.yaml").read_text()
+        + "chat: {generate_titles: false, generate_suggestions: false}\n"
+    )
+    arguments = json.dumps({"path": "rain.txt", "content": "soft rain on the roof"})
+    upstream.queue_tool_calls([("call_1", "workspace_write", arguments)])
+    upstream.queue_text("Saved the haiku.")
+    with server:
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "approvals.py")],
+            env={**server.env, "PARLEY_URL": f"{server.url}/v1", "PARLEY_MODEL": "openai/m"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    assert f"waiting: workspace_write {arguments}" in result.stdout
+    assert "ran: workspace_write -> " in result.stdout
+    assert "reply: Saved the haiku." in result.stdout
+    assert len(upstream.requests) == 2
