@@ -82,6 +82,11 @@ class ModelAlias(_Section):
     max_tokens: int | None = None
     temperature: float | None = None
     description: str | None = None
+    vision: bool | None = Field(
+        default=None,
+        description="Whether the model reads images (None: its provider's default; the "
+        "local model does not). Images for one that does not are read by chat.ocr_model.",
+    )
     fallbacks: list[str] = Field(
         default_factory=list,
         description="Models (aliases or provider/model) tried in order when this one keeps "
@@ -126,6 +131,12 @@ class ChatSettings(_Section):
         default=True, description="After a successful turn, follow-up suggestions."
     )
     max_suggestions: int = Field(default=10, ge=0, le=10)
+    ocr_model: str | None = Field(
+        default=None,
+        description="A model that reads images: for a chat model that cannot, each image "
+        "is replaced by its text and description (None: images are left as they are, "
+        "with a note in the reply).",
+    )
 
 
 class ContextSettings(_Section):

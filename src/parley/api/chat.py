@@ -171,6 +171,8 @@ def _summary(generation: Generation) -> dict[str, Any]:
     """What the last chunk (or the whole response) adds: cost, and why the loop stopped."""
     turn = generation.turn
     extra: dict[str, Any] = {"cost": generation.cost}
+    if generation.notes:
+        extra["notes"] = list(generation.notes)
     waiting = turn.pending_calls()
     if waiting:
         extra["pending_approvals"] = [

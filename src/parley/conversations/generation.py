@@ -98,6 +98,9 @@ class Generation:
         self.rules: tuple[RegexRule, ...] = ()
         """The assistant's regex rules: the stream shows the reply as storage and display
         rules make it (display-only ones are never stored)."""
+        self.notes: tuple[str, ...] = ()
+        """What shaping the request could not do (no OCR for images, a failed summary):
+        told to the client in ``parley.notes``."""
         self.titles = True
         """Whether a title may be written after it (the assistant's choice)."""
         self.suggestions = True

@@ -65,6 +65,7 @@ from parley.conversations.context import (
     summarise,
     summary_applies,
 )
+from parley.conversations.ocr import ModelOcr
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
 from parley.messages import Message, TextPart
@@ -75,6 +76,7 @@ from parley.store.summaries import StoredSummary, SummaryStore
 from parley.tools.registry import ToolRegistry
 from parley.transforms.input import (
     CAPABILITY_TOOLS,
+    CAPABILITY_VISION,
     DocumentPromptConfig,
     InjectionConfig,
     InjectionPosition,
@@ -150,7 +152,11 @@ class OutgoingBuilder:
         self._summaries = summaries
         self._store = store
         self._tools = tools
-        self._default_pipeline = build_pipeline(pipeline_config(TransformerSettings()))
+        ocr_model = settings.chat.ocr_model
+        self._ocr = None if ocr_model is None else ModelOcr(completer, registry, ocr_model)
+        self._default_pipeline = build_pipeline(
+            pipeline_config(TransformerSettings()), ocr=self._ocr
+        )
         self._pipelines: OrderedDict[tuple[str, float], InputPipeline] = OrderedDict()
 
     # --- a turn -----------------------------------------------------------------------
@@ -197,7 +203,8 @@ class OutgoingBuilder:
             conversation_id=conversation_id,
             message_times=tuple(message_times),
             workspace=None,
-            capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ()),
+            capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ())
+            | frozenset({CAPABILITY_VISION} if model.vision else ()),
         )
         result = await self._pipeline(assistant).apply(messages, context)
         return Outgoing(
@@ -470,7 +477,7 @@ class OutgoingBuilder:
         except ValueError:  # a stored setting that no longer validates
             log.exception("assistant %s: invalid transformer settings; defaults used", assistant.id)
             config = pipeline_config(TransformerSettings())
-        pipeline = build_pipeline(config)
+        pipeline = build_pipeline(config, ocr=self._ocr)
         self._pipelines[key] = pipeline
         while len(self._pipelines) > PIPELINE_CACHE:
             self._pipelines.popitem(last=False)
@@ -491,8 +498,8 @@ _POSITIONS: dict[str, InjectionPosition] = {
 
 def pipeline_config(settings: TransformerSettings) -> PipelineConfig:
     """An assistant's transformer settings as the pipeline's configuration. The defaults
-    (no assistant): placeholders and documents on, the rest off. OCR and retrieval stay
-    off until their services exist."""
+    (no assistant): placeholders, documents and OCR on (OCR acts only for a model that
+    cannot read images), the rest off. Retrieval stays off until its services exist."""
     modes = tuple(
         InjectionConfig(
             name=item.name or f"injection {index + 1}",
@@ -526,7 +533,8 @@ def pipeline_config(settings: TransformerSettings) -> PipelineConfig:
         injection=PromptInjectionConfig(modes=modes, lorebook=lorebook),
         placeholders=PlaceholderConfig(enabled=settings.placeholders, single_braces=False),
         documents=DocumentPromptConfig(enabled=settings.documents),
-        ocr=OcrConfig(enabled=False),
+        # images for a model that cannot read them: chat.ocr_model's reading, or a note
+        ocr=OcrConfig(enabled=True),
         template=TemplateConfig(template=template)
         if template is not None
         else TemplateConfig(enabled=False),

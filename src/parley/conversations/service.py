@@ -381,6 +381,7 @@ class ConversationService:
             conversation_id=conversation_id,
             message_id=message_id,
         )
+        notes: tuple[str, ...] = ()
         if self._outgoing is not None:
             # the outgoing request only: rolling context, system prompt, input transformers
             outgoing = await self._outgoing.build(
@@ -395,6 +396,7 @@ class ConversationService:
                 tools=server_tools,
             )
             history = list(outgoing.messages)
+            notes = outgoing.notes
         else:
             history = [Message(m.role, m.parts) for m in stored if _usable(m)] + new
         request = AgentRequest(
@@ -418,6 +420,7 @@ class ConversationService:
             checkpoint_seconds=chat.checkpoint_seconds,
             prior_cost_usd=prior_cost,
         )
+        generation.notes = notes
         rules = regex_rules(assistant)
         if record is not None:
             generation.finisher = Finisher(turn.owner, rules, self.images)

@@ -61,7 +61,7 @@ HOOK_NAMES = (
     "on_turn_end",
 )
 
-Purpose = Literal["chat", "summary", "title", "tool"]
+Purpose = Literal["chat", "summary", "title", "tool", "ocr"]
 
 
 def _no_totals() -> tuple[Usage, float]:

@@ -38,6 +38,8 @@ class ResolvedModel:
     """The provider's wire format (its ordering rules matter to message repair)."""
     context_tokens: int | None = None
     """The model's context window, when known (the local model's is configured)."""
+    vision: bool = True
+    """Whether it reads images (an alias's ``vision``, else the provider's default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ class ProviderRegistry:
                 max_tokens=alias.max_tokens,
                 temperature=alias.temperature,
                 fallbacks=tuple(alias.fallbacks),
+                **({} if alias.vision is None else {"vision": alias.vision}),
             )
         prefix, sep, rest = name.partition("/")
         if sep and prefix in self._providers and rest:
@@ -117,7 +120,7 @@ class ProviderRegistry:
             public_name,
             kind=config.kind,
             context_tokens=config.context_tokens if config.kind == "local" else None,
-            **extra,
+            **{"vision": config.kind != "local", **extra},
         )
 
     def _default_provider(self) -> str:

@@ -1,0 +1,41 @@
+"""OCR by a model: ``chat.ocr_model`` reads the images sent to a chat model that cannot.
+
+The input pipeline's OCR step (``transforms/attachments.py``) asks this engine for each
+image and puts the text in its place, for the outgoing request only. The call goes
+through the ``Completer`` (so interceptors, audit rows with ``purpose="ocr"``, usage
+limits, retries and fallbacks apply); readings are cached by the step.
+"""
+
+from __future__ import annotations
+
+from parley.agent.completion import Completer
+from parley.interceptors.protocol import TurnInfo
+from parley.messages import ImagePart, Message, TextPart
+from parley.providers.registry import ProviderRegistry
+
+OCR_PROMPT = (
+    "Transcribe all text in this image exactly, keeping its layout where it matters "
+    "(tables, lists, code). Then describe briefly what the image shows. Output only the "
+    "transcription and the description."
+)
+OCR_MAX_TOKENS = 2000
+
+
+class ModelOcr:
+    def __init__(self, completer: Completer, registry: ProviderRegistry, model: str) -> None:
+        self._completer = completer
+        self._registry = registry
+        self._model = model
+
+    async def read(self, image_url: str) -> str:
+        model = self._registry.resolve(self._model)
+        fallbacks = [self._registry.resolve(name) for name in model.fallbacks]
+        message = Message("user", (TextPart(OCR_PROMPT), ImagePart(image_url)))
+        reply = await self._completer.complete(
+            [model, *fallbacks],
+            [message],
+            max_tokens=OCR_MAX_TOKENS,
+            purpose="ocr",
+            turn=TurnInfo(source="internal"),
+        )
+        return reply.text
