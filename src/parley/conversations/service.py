@@ -49,7 +49,7 @@ from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
-from parley.tools.registry import ToolRegistry
+from parley.tools.registry import ToolRegistry, offer_order
 from parley.transforms.images import ImageSaver
 from parley.transforms.output import RegexRule, rewrite_parts
 
@@ -461,8 +461,8 @@ class ConversationService:
             ) from None
 
     def _server_tools(self, turn: ChatTurn, assistant: Assistant | None = None) -> tuple[str, ...]:
-        """The request's server tools, the assistant's, then the configured defaults
-        (each once)."""
+        """The request's server tools, the assistant's and the configured defaults (each
+        once), in the order they are offered (``offer_order``)."""
         client = {spec.name for spec in turn.tools}
         clash = client & set(turn.server_tools)
         if clash:
@@ -473,7 +473,7 @@ class ConversationService:
         defaults = [n for n in self._settings.tools.default_tools if n not in client]
         own = [n for n in (assistant.tools if assistant else ()) if n not in client]
         names = dict.fromkeys((*turn.server_tools, *own, *defaults))
-        return tuple(name for name in names if name in self._tools)
+        return tuple(offer_order(name for name in names if name in self._tools))
 
     def fast_models(self, model: ResolvedModel) -> list[ResolvedModel]:
         """The models for the server's own calls: ``chat.fast_model`` (with its

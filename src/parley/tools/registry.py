@@ -16,6 +16,32 @@ from parley.messages import ToolSpec
 from parley.tools.protocol import Tool
 
 
+def offer_order(names: Iterable[str]) -> list[str]:
+    """Server tools in the order the model is offered them (Rikkahub's): web search, the
+    assistant's local tools, conversation search, the workspace shell, skills, MCP tools
+    (``mcp__{server}__{tool}``), then memory and knowledge tools, and
+    ``get_session_capabilities`` last. Within a group, the order given."""
+
+    def group(name: str) -> int:
+        if name.startswith("web_"):
+            return 0
+        if name == "conversation_search":
+            return 2
+        if name == "workspace_shell":
+            return 3
+        if name.startswith("skill"):
+            return 4
+        if name.startswith("mcp__"):
+            return 5
+        if name.startswith(("memory_", "kb_", "knowledge_")):
+            return 6
+        if name in ("get_session_capabilities", "activate_tools"):
+            return 7
+        return 1
+
+    return sorted(names, key=group)
+
+
 class ToolRegistry:
     """Server tools by name, in registration order."""
 
