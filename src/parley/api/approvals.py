@@ -16,9 +16,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from parley.api.branches import usable_model
-from parley.api.chat import chat_request, read_json_object, respond
+from parley.api.chat import answer, read_json_object
 from parley.api.state import AppState
-from parley.api.wire import to_turn
 from parley.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
@@ -39,15 +38,7 @@ async def decide(request: Request, conversation_id: str) -> Response:
     data["conversation_id"] = conversation_id
     if data.get("model") is None:
         data["model"] = await _model_of_paused(state, caller.owner, conversation_id)
-    body = chat_request(data)
-    turn = to_turn(
-        body,
-        caller=caller,
-        source="chat.completions",
-        limits=state.settings.chat,
-        tools=state.tools,
-    )
-    return await respond(state, request, body, await state.service.prepare(turn))
+    return await answer(state, request, caller, data)
 
 
 async def _model_of_paused(state: AppState, owner: str, conversation_id: str) -> str | None:

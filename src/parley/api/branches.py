@@ -12,7 +12,6 @@ What does not belong here: what a regenerate or an edit sends to the model
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -20,10 +19,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from parley.api.chat import chat_request, read_json_object, respond
+from parley.api.chat import answer, read_json_object
 from parley.api.conversations import conversation_body, not_found
 from parley.api.state import AppState
-from parley.api.wire import to_turn
 from parley.conversations.service import Anchor
 from parley.errors import InvalidRequest, NotFound, ParleyError
 
@@ -74,21 +72,15 @@ async def _answer_at(
         data["messages"] = []
     if data.get("model") is None:
         data["model"] = await _model_of(state, caller.owner, conversation_id, message_id)
-    body = chat_request(data)
-    turn = to_turn(
-        body,
-        caller=caller,
-        source="chat.completions",
-        limits=state.settings.chat,
-        tools=state.tools,
-    )
-    turn = replace(
-        turn,
+    return await answer(
+        state,
+        request,
+        caller,
+        data,
         conversation_id=conversation_id,
         anchor=Anchor(message_id, edit=edit),
         store=True,
     )
-    return await respond(state, request, body, await state.service.prepare(turn))
 
 
 async def _model_of(

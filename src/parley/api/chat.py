@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -50,6 +51,7 @@ from parley.events import (
     ToolStarted,
     UsageEvent,
 )
+from parley.identity import Caller
 from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
 from parley.transforms.output import DisplayRewriter, apply_rules
 
@@ -90,15 +92,39 @@ async def _chat(request: Request, *, compat: bool) -> Response:
     data = await read_json_object(request, state)
     if compat and not data.get("max_tokens"):
         data.pop("max_tokens", None)  # Chatchat: 0 or null means the default
+    return await answer(
+        state,
+        request,
+        caller,
+        data,
+        source="chatchat" if compat else "chat.completions",
+        create_missing=compat,
+    )
+
+
+async def answer(
+    state: AppState,
+    request: Request,
+    caller: Caller,
+    data: dict[str, Any],
+    *,
+    source: str = "chat.completions",
+    create_missing: bool = False,
+    **changes: Any,
+) -> Response:
+    """The chat-completions answer to the request body ``data`` (its turn changed by
+    ``changes``: a route's anchor, for one)."""
     body = chat_request(data)
     turn = to_turn(
         body,
         caller=caller,
-        source="chatchat" if compat else "chat.completions",
+        source=source,
         limits=state.settings.chat,
         tools=state.tools,
-        create_missing=compat,
+        create_missing=create_missing,
     )
+    if changes:
+        turn = replace(turn, **changes)
     return await respond(state, request, body, await state.service.prepare(turn))
 
 

@@ -533,18 +533,22 @@ class ConversationService:
         found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
         return {name: policy for name, policy in found.items() if policy != "auto"}
 
-    async def _resumed(self, turn: ChatTurn) -> tuple[list[StoredMessage], Resume, str, float]:
-        """(the branch before the paused reply, how it carries on, its id, what the
-        earlier replies cost)."""
+    async def _branch(self, turn: ChatTurn) -> list[StoredMessage]:
+        """The stored branch of the turn's conversation (NotFound: no such conversation)."""
         assert turn.conversation_id is not None
         try:
-            stored = await self._store.branch(turn.owner, turn.conversation_id)
+            return await self._store.branch(turn.owner, turn.conversation_id)
         except LookupError:
             raise NotFound(
                 f"conversation {turn.conversation_id!r} not found",
                 param="conversation_id",
                 code="conversation_not_found",
             ) from None
+
+    async def _resumed(self, turn: ChatTurn) -> tuple[list[StoredMessage], Resume, str, float]:
+        """(the branch before the paused reply, how it carries on, its id, what the
+        earlier replies cost)."""
+        stored = await self._branch(turn)
         paused = stored[-1] if stored else None
         if paused is None or paused.status != "awaiting_approval":
             raise Conflict(
@@ -565,7 +569,7 @@ class ConversationService:
             cost_usd=float(usage.get("response_usd") or 0.0),
             decided=decided.decided,
         )
-        cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in earlier)
+        cost = _cost(earlier)
         return earlier, resume, paused.id, cost
 
     def _fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
@@ -622,7 +626,7 @@ class ConversationService:
             kept, new, parent, copy = path, [], target.id, []
         else:
             raise InvalidRequest("a system message cannot be regenerated", param="message_id")
-        cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in kept)
+        cost = _cost(kept)
         return kept, new, parent, parent is None, copy, cost
 
     async def _continue(
@@ -638,16 +642,8 @@ class ConversationService:
         """(the branch (the updated parts in it), new messages, parts to update, parent of
         the new messages, what the branch's replies cost so far, a paused reply the new
         message leaves behind)."""
-        assert turn.conversation_id is not None
-        try:
-            stored = await self._store.branch(turn.owner, turn.conversation_id)
-        except LookupError:
-            raise NotFound(
-                f"conversation {turn.conversation_id!r} not found",
-                param="conversation_id",
-                code="conversation_not_found",
-            ) from None
-        cost = sum(float((m.usage or {}).get("response_usd") or 0.0) for m in stored)
+        stored = await self._branch(turn)
+        cost = _cost(stored)
         updates: dict[str, tuple[Part, ...]] = {}
         settle: str | None = None
         if stored and stored[-1].status == "awaiting_approval":
@@ -717,6 +713,11 @@ def _has_input(message: Message) -> bool:
 def _usable(message: StoredMessage) -> bool:
     """Stored messages that become model context: anything with content."""
     return bool(message.parts)
+
+
+def _cost(messages: list[StoredMessage]) -> float:
+    """What the replies among ``messages`` cost (USD)."""
+    return sum(float((m.usage or {}).get("response_usd") or 0.0) for m in messages)
 
 
 def _updated(
