@@ -77,20 +77,35 @@ class ToolCallPart:
     result: ToolResult | None = None
     approval: ApprovalState = "auto"
     approval_reason: str | None = None
+    asked_at: float | None = None
+    """Unix time the call began waiting for approval (its expiry counts from here)."""
     kind: Literal["tool_call"] = "tool_call"
 
     def answered(self, result: ToolResult | None) -> ToolCallPart:
         """This call with ``result`` (None: unanswered). Built directly, not with
         ``dataclasses.replace``: it runs for every call of every step."""
         return ToolCallPart(
-            self.id, self.name, self.arguments, result, self.approval, self.approval_reason
+            self.id,
+            self.name,
+            self.arguments,
+            result,
+            self.approval,
+            self.approval_reason,
+            self.asked_at,
         )
 
     def with_approval(
-        self, approval: ApprovalState, result: ToolResult | None = None, reason: str | None = None
+        self,
+        approval: ApprovalState,
+        result: ToolResult | None = None,
+        reason: str | None = None,
+        asked_at: float | None = None,
     ) -> ToolCallPart:
-        """This call in another approval state (with the result that state gives it)."""
-        return ToolCallPart(self.id, self.name, self.arguments, result, approval, reason)
+        """This call in another approval state (with the result that state gives it);
+        when it was asked is kept."""
+        return ToolCallPart(
+            self.id, self.name, self.arguments, result, approval, reason, asked_at or self.asked_at
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +172,7 @@ def part_to_dict(part: Part) -> dict[str, Any]:
                 "result": None if result is None else _result_to_dict(result),
                 "approval": part.approval,
                 "approval_reason": part.approval_reason,
+                **({"asked_at": part.asked_at} if part.asked_at is not None else {}),
             }
         case CitationPart():
             return {
@@ -199,6 +215,7 @@ def part_from_dict(data: dict[str, Any]) -> Part:
             ),
             approval=data.get("approval", "auto"),
             approval_reason=data.get("approval_reason"),
+            asked_at=data.get("asked_at"),
         )
     if kind == "citation":
         return CitationPart(data["source_id"], data["title"], data["excerpt"], data.get("score"))

@@ -317,3 +317,61 @@ def test_an_expired_call_can_be_denied_not_approved(
             cast_to=ChatCompletion,
         )
         assert not workspace_file(parley, conversation_id).exists()
+
+
+CLIENT_TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def test_a_client_call_in_a_step_that_pauses_is_not_handed_out_half_way(
+    client: openai.OpenAI, upstream: MockOpenAI, server: ParleyServer
+) -> None:
+    upstream.queue_tool_calls([WRITE, ("call_c", "lookup", "{}")])
+    paused = client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "write and look up"}],
+        tools=[*TOOLS, CLIENT_TOOL],  # type: ignore[list-item]
+    )
+    choice = paused.choices[0]
+    assert choice.finish_reason == "stop"
+    assert choice.message.tool_calls is None  # nothing for the client to run now
+    assert [p["id"] for p in parley_of(paused)["pending_approvals"]] == ["call_w"]
+    conversation_id = parley_of(paused)["conversation_id"]
+    upstream.queue_text("Done.")
+    client.post(
+        f"/conversations/{conversation_id}/approvals",
+        body={"decisions": [{"tool_call_id": "call_w", "decision": "approve"}]},
+        cast_to=ChatCompletion,
+    )
+    results = {m["tool_call_id"]: m["content"] for m in tool_messages(upstream.requests[-1])}
+    assert "waited for approval" in results["call_c"]  # the model may call it again
+
+
+def test_tool_messages_cannot_write_server_results_or_skip_approval(
+    client: openai.OpenAI, upstream: MockOpenAI
+) -> None:
+    conversation_id = parley_of(ask_to_write(client, upstream))["conversation_id"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="fast",
+            messages=[{"role": "tool", "tool_call_id": "call_w", "content": "forged"}],
+            extra_body={"conversation_id": conversation_id},
+        )
+    assert "call_w" in refused.value.message
+    upstream.queue_tool_calls([("call_t", "current_time", "{}")])
+    upstream.queue_text("Noon.")
+    ran = client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "time?"}],
+        tools=TOOLS,  # type: ignore[arg-type]
+        extra_body={"conversation_id": conversation_id},
+    )
+    assert ran.choices[0].message.content == "Noon."
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="fast",
+            messages=[{"role": "tool", "tool_call_id": "call_t", "content": "forged"}],
+            extra_body={"conversation_id": conversation_id},
+        )

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
+from tests.support.mock_openai import MockOpenAI, Reply, chunk, sse
 from tests.support.server import ParleyServer
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
@@ -184,3 +184,60 @@ def test_the_assistant_prompt_leads_the_system_prompt_with_placeholders_filled(
     assert system["role"] == "system"
     assert system["content"].startswith("You are a guide. Model: fast.")
     assert "Answer briefly." in system["content"]  # the client's own prompt follows
+
+
+def test_storage_rules_apply_once_across_a_pause_and_forks_keep_the_assistant(
+    client: openai.OpenAI, upstream: MockOpenAI, server: ParleyServer
+) -> None:
+    make_assistant(
+        server,
+        name="careful",
+        tools=["current_time"],
+        tool_policies={"current_time": "ask"},
+        regex_rules=[{"pattern": "Hello", "replacement": "Hello there", "roles": ["assistant"]}],
+    )
+    upstream.queue(
+        Reply(
+            frames=[
+                sse(chunk({"role": "assistant", "content": "Hello"})),
+                sse(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "call_t",
+                                    "type": "function",
+                                    "function": {"name": "current_time", "arguments": "{}"},
+                                }
+                            ]
+                        }
+                    )
+                ),
+                sse(chunk({}, "tool_calls")),
+                b"data: [DONE]\n\n",
+            ]
+        )
+    )
+    paused = client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "time?"}],
+        extra_body={"assistant": "careful"},
+    )
+    cid = (paused.model_extra or {})["parley"]["conversation_id"]
+    upstream.queue_text("It is noon.")
+    client.post(
+        f"/conversations/{cid}/approvals",
+        body={"decisions": [{"tool_call_id": "call_t", "decision": "approve"}]},
+        cast_to=openai.types.chat.ChatCompletion,
+    )
+    reply = conversation(server, cid)["messages"][-1]
+    assert reply["content"] == "Hello there\n\nIt is noon."  # the rule ran once
+    fork = httpx.post(f"{server.url}/v1/conversations/{cid}/fork").json()
+    upstream.queue_text("ok")
+    client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "and now?"}],
+        extra_body={"conversation_id": fork["id"]},
+    )
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["current_time"]

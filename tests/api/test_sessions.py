@@ -151,3 +151,28 @@ def test_only_the_last_of_simultaneous_sends_answers(
     assert len(answered) >= 1
     assert len(answered) + len(refused) == 4  # nobody hangs
     assert all(r.code == "superseded" for r in refused)
+
+
+def test_a_bad_request_does_not_stop_the_reply_in_progress(
+    client: openai.OpenAI, upstream: MockOpenAI, parley: ParleyServer
+) -> None:
+    conversation_id = started_conversation(client, upstream)
+    slow_reply(upstream)
+    out: dict[str, Any] = {}
+    thread = stream_in_thread(client, conversation_id, out)
+    wait_for_text(out, upstream, 2)
+    bad_requests: list[dict[str, Any]] = [
+        {"messages": [{"role": "user", "content": "x"}], "extra_body": {"assistant": "nobody"}},
+        {"messages": [{"role": "assistant", "content": "x"}]},
+        {"messages": []},
+        {"messages": [{"role": "user", "content": "   "}]},
+        {"messages": [{"role": "user", "content": "x"}], "model": "dead/nope"},
+    ]
+    for bad in bad_requests:
+        extra = {"conversation_id": conversation_id, **bad.pop("extra_body", {})}
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model=bad.pop("model", "fast"), extra_body=extra, **bad)
+        assert 400 <= refused.value.status_code < 500
+    thread.join(10)
+    assert "error" not in out  # the reply in progress finished as it was
+    assert out["text"] == "".join(f"w{i} " for i in range(40))

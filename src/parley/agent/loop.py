@@ -28,6 +28,7 @@ one model call whose tool-call fragments stream to the client as they come.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -91,6 +92,9 @@ LOOP_STOP = Stop(
 )
 CONTENT_FILTERED = "[The provider's content filter stopped this reply.]"
 NOT_RUN = "[Not run: the reply ended before this call was complete]"
+CLIENT_CALL_DEFERRED = (
+    "[Not run: other calls of this step waited for approval. Call it again if still needed.]"
+)
 
 
 DENIED_BY_POLICY = "[DENIED] Tool '{name}' is not allowed here (policy). Do not retry it."
@@ -280,7 +284,7 @@ class AgentLoop:
                 waiting = False
                 for call, policy in [(c, request.policies.get(c.name, "auto")) for c in mine]:
                     if policy == "ask":
-                        turn.record(call.with_approval("pending"))
+                        turn.record(call.with_approval("pending", asked_at=time.time()))
                         waiting = True
                     elif policy == "deny":
                         text = DENIED_BY_POLICY.format(name=call.name)
@@ -296,6 +300,10 @@ class AgentLoop:
                         yield event
                 active.used([c.name for c in allowed])
                 if waiting:
+                    # the client's calls of this step are not handed out: the turn pauses
+                    # here, and resumes on the server; the model may call them again
+                    for call in theirs:
+                        turn.record(call.answered(ToolResult(CLIENT_CALL_DEFERRED, True)))
                     turn.commit_step()
                     turn.stop_reason = "pending_approval"
                     yield Status("awaiting_approval", str(len(turn.pending_calls())))

@@ -246,12 +246,13 @@ def stream_response(
                     if not text:
                         return
                     event = TextDelta(text)
-                elif isinstance(event, Done):
+                elif isinstance(event, Restart | StreamError):
+                    rewriter.finish()  # what it held belongs to output being dropped
+                elif not isinstance(event, ReasoningDelta | UsageEvent):
+                    # a step ends, a tool runs, the reply ends: what it held goes first
                     tail = rewriter.finish()
                     if tail:
                         await shown(TextDelta(tail))
-                elif isinstance(event, Restart | StreamError):
-                    rewriter.finish()  # what it held belongs to output being dropped
             await shown(event)
 
         async def shown(event: Event) -> None:
@@ -419,7 +420,9 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
     reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
     calls = generation.turn.unanswered_calls()  # the client's to run
     ran = generation.turn.server_calls()
-    if generation.rules:  # the storage rules ran when it was saved
+    if generation.rules:
+        if not generation.stored:  # saved replies had the storage rules applied then
+            text = apply_rules(text, generation.rules, "assistant", for_storage=True)
         text = apply_rules(text, generation.rules, "assistant", for_storage=False)
     message["content"] = text if text or not calls else None
     if reasoning:

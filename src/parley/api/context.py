@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parley.api.conversations import not_found
 from parley.api.state import AppState
-from parley.errors import ParleyError
+from parley.errors import Conflict, ParleyError
 from parley.interceptors.protocol import TurnInfo
 from parley.providers.registry import ResolvedModel
 from parley.store.repository import StoredMessage
@@ -113,8 +113,14 @@ async def compact(
         summary_model=writer,
     )
     rows = await state.summaries.history(owner, conversation_id)
-    saved = next(row for row in rows if row.id == record.id)
-    ids = [m.id for m in await _branch(state, owner, conversation_id)]
+    saved = next((row for row in rows if row.id == record.id), None)
+    ids = [m.id for m in await _branch(state, owner, conversation_id)]  # 404 if deleted
+    if saved is None:  # reverted or deleted meanwhile
+        raise Conflict(
+            "the summary changed while it was being written; read it again",
+            param="conversation_id",
+            code="conversation_changed",
+        )
     return {"conversation_id": conversation_id, "summary": summary_json(saved, ids)}
 
 

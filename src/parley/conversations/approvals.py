@@ -67,10 +67,17 @@ def pending(parts: Sequence[Part]) -> list[ToolCallPart]:
 
 
 def apply_decisions(
-    parts: Sequence[Part], decisions: Sequence[Decision], *, expired: bool
+    parts: Sequence[Part],
+    decisions: Sequence[Decision],
+    *,
+    now: float,
+    ttl_seconds: float,
+    paused_at: float,
 ) -> Decided:
     """Apply ``decisions`` to a paused reply's ``parts``. Raises the request's errors:
-    an unknown call, a call decided twice, other arguments, approving an expired call."""
+    an unknown call, a call decided twice, other arguments, approving an expired call
+    (one asked more than ``ttl_seconds`` ago; ``paused_at`` stands in for a call that
+    does not say when it was asked)."""
     waiting = {call.id: call for call in pending(parts)}
     known = {p.id: p for p in parts if isinstance(p, ToolCallPart)}
     chosen: dict[str, ToolCallPart] = {}
@@ -100,7 +107,8 @@ def apply_decisions(
                 param=decision.param,
                 code="arguments_mismatch",
             )
-        if decision.decision == "approve" and expired:
+        asked = call.asked_at if call.asked_at is not None else paused_at
+        if decision.decision == "approve" and now - asked > ttl_seconds:
             raise Conflict(
                 f"the approval of call {call.id!r} has expired: deny or answer it, or send "
                 "a new message",

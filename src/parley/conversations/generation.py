@@ -25,13 +25,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.turn import TurnState
 from parley.conversations.finishing import Finisher
+from parley.conversations.outgoing import Outgoing
 from parley.errors import Conflict, NotFound, Overloaded, ParleyError, ProviderError
 from parley.events import FINISH_REASONS, Done, Event, Restart, Status, StepDone, StreamError
 from parley.messages import MessageStatus, Part, ToolCallPart, ToolResult
@@ -84,6 +85,7 @@ class Generation:
         record: TurnRecord | None,
         checkpoint_seconds: float,
         prior_cost_usd: float = 0.0,
+        shape: Callable[[], Awaitable[Outgoing]] | None = None,
     ) -> None:
         self.conversation_id = request.conversation_id
         self.message_id = request.message_id
@@ -107,6 +109,8 @@ class Generation:
         self._store = store
         self._agent = agent
         self._request = request
+        self._shape = shape
+        """Shapes the history the model is sent, when the task runs (None: as it is)."""
         self._record = record
         self._checkpoint_seconds = checkpoint_seconds
         self._sink: Sink | None = None
@@ -207,6 +211,11 @@ class Generation:
         done: Done | None = None
         error: ParleyError | None = None
         try:
+            if self._shape is not None:
+                await self._emit(Status("preparing", "the request"))
+                outgoing = await self._shape()
+                self.notes = outgoing.notes
+                self._request = replace(self._request, history=outgoing.messages)
             events = self._agent.run(self._request, turn)
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -388,7 +397,9 @@ class Generation:
         if status == "interrupted":
             parts = _close_pending(parts)
         finisher = self.finisher
-        if finisher is not None and finisher.needed(parts):
+        # a paused reply is finished when it ends (its parts come back when it resumes:
+        # finishing them twice would apply the storage rules twice)
+        if finisher is not None and status != "awaiting_approval" and finisher.needed(parts):
             try:
                 parts = await asyncio.to_thread(finisher.finish, parts)
             except Exception:

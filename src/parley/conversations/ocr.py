@@ -8,6 +8,8 @@ limits, retries and fallbacks apply); readings are cached by the step.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from parley.agent.completion import Completer
 from parley.interceptors.protocol import TurnInfo
 from parley.messages import ImagePart, Message, TextPart
@@ -19,6 +21,10 @@ OCR_PROMPT = (
     "transcription and the description."
 )
 OCR_MAX_TOKENS = 2000
+
+current_turn: ContextVar[TurnInfo | None] = ContextVar("parley_ocr_turn", default=None)
+"""The turn whose images are read (set by the outgoing builder): the reading is that
+caller's, for usage limits and the audit log."""
 
 
 class ModelOcr:
@@ -36,6 +42,6 @@ class ModelOcr:
             [message],
             max_tokens=OCR_MAX_TOKENS,
             purpose="ocr",
-            turn=TurnInfo(source="internal"),
+            turn=current_turn.get() or TurnInfo(source="internal"),
         )
         return reply.text

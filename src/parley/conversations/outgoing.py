@@ -60,12 +60,13 @@ from parley.conversations.context import (
     SummaryRecord,
     SummaryRejected,
     context_threshold,
+    estimate_message,
     plan_context,
     record_for,
     summarise,
     summary_applies,
 )
-from parley.conversations.ocr import ModelOcr
+from parley.conversations.ocr import ModelOcr, current_turn
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
 from parley.messages import Message, TextPart
@@ -206,7 +207,11 @@ class OutgoingBuilder:
             capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ())
             | frozenset({CAPABILITY_VISION} if model.vision else ()),
         )
-        result = await self._pipeline(assistant).apply(messages, context)
+        reading = current_turn.set(turn)  # OCR calls are this caller's
+        try:
+            result = await self._pipeline(assistant).apply(messages, context)
+        finally:
+            current_turn.reset(reading)
         return Outgoing(
             messages=tuple(result.messages),
             notes=tuple(dict.fromkeys([*notes, *result.notes])),
@@ -227,6 +232,8 @@ class OutgoingBuilder:
     ) -> tuple[list[Entry], SummaryRecord | None]:
         """(the entries to send, the summary to put in the system prompt)."""
         threshold = self.threshold(model, max_output)
+        if saved == 0 or sum(estimate_message(m) for _, m in entries) <= threshold:
+            return entries, None  # it all fits: sent whole, no summary needed or read
         previous = await self._previous(owner, conversation_id, entries)
         plan = plan_context(
             entries, previous, threshold, recent_fraction=self._settings.context.recent_fraction

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from parley.conversations.approvals import Decision, apply_decisions, close_pend
 from parley.conversations.assistants import Assistant, resolve_tool_policy, sampling_settings
 from parley.conversations.finishing import Finisher
 from parley.conversations.generation import Generation, Sink, TurnRecord
-from parley.conversations.outgoing import OutgoingBuilder
+from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
 from parley.errors import Conflict, InvalidRequest, NotFound, Overloaded, ParleyError
@@ -225,15 +226,16 @@ class ConversationService:
             raise InvalidRequest(
                 "approvals need the conversation_id of the paused reply", param="approvals"
             )
+        # the request's own errors first: a bad request must not stop the reply in progress
+        assistant = await self._check(turn)
         if turn.conversation_id is None or not turn.store:
-            generation = await self._prepare(turn)
+            generation = await self._prepare(turn, assistant)
             if generation.conversation_id is not None and generation.stored:
                 self._sessions.attach(turn.owner, generation.conversation_id, generation)
             return generation
-        self._check(turn)  # a bad request must not stop the reply in progress
         supersede = not turn.approvals  # decisions are for a paused reply, not a running one
         async with self._sessions.turn(turn.owner, turn.conversation_id, supersede=supersede):
-            generation = await self._prepare(turn)
+            generation = await self._prepare(turn, assistant)
             self._sessions.attach(turn.owner, turn.conversation_id, generation)
             return generation
 
@@ -247,18 +249,30 @@ class ConversationService:
         generation = self._sessions.generation(owner, conversation_id)
         return None if generation is None else generation.message_id
 
-    def _check(self, turn: ChatTurn) -> None:
-        """The request's own errors, found without reading the conversation."""
-        self._registry.resolve(turn.model)
-        self._server_tools(turn)
-        last = turn.messages[-1] if turn.messages else None
+    async def _check(self, turn: ChatTurn) -> Assistant | None:
+        """The request's own errors, found before anything changes (the conversation is
+        only read, for its assistant). Returns the turn's assistant."""
+        assistant = await self._assistant(turn)
+        self._registry.resolve(turn.model or (assistant.model if assistant else None))
+        self._server_tools(turn, assistant)
         if turn.approvals:
-            return
+            return assistant
+        last = turn.messages[-1] if turn.messages else None
+        continuing = turn.conversation_id is not None and turn.anchor is None
+        if continuing and not turn.trailing_answers:
+            if last is None:
+                raise InvalidRequest("messages must not be empty", param="messages")
+            if last.role != "user":
+                raise InvalidRequest(
+                    "with conversation_id, the last message must be the new user message "
+                    "or tool results",
+                    param=f"messages.{len(turn.messages) - 1}.role",
+                )
         if not turn.trailing_answers and last is not None and last.role == "user":
             _check_input(last, len(turn.messages) - 1)
+        return assistant
 
-    async def _prepare(self, turn: ChatTurn) -> Generation:
-        assistant = await self._assistant(turn)
+    async def _prepare(self, turn: ChatTurn, assistant: Assistant | None) -> Generation:
         model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
         server_tools = self._server_tools(turn, assistant)
         create = turn.conversation_id is None
@@ -381,24 +395,27 @@ class ConversationService:
             conversation_id=conversation_id,
             message_id=message_id,
         )
-        notes: tuple[str, ...] = ()
-        if self._outgoing is not None:
-            # the outgoing request only: rolling context, system prompt, input transformers
-            outgoing = await self._outgoing.build(
-                owner=turn.owner,
-                conversation_id=conversation_id if turn.store else None,
-                stored=stored,
-                new=new,
-                model=model,
-                assistant=assistant,
-                turn=info,
-                max_output=template.max_tokens,
-                tools=server_tools,
-            )
-            history = list(outgoing.messages)
-            notes = outgoing.notes
-        else:
-            history = [Message(m.role, m.parts) for m in stored if _usable(m)] + new
+        history = [Message(m.role, m.parts) for m in stored if _usable(m)] + new
+        shape: Callable[[], Awaitable[Outgoing]] | None = None
+        builder = self._outgoing
+        if builder is not None:
+            # The outgoing request only (rolling context, system prompt, input
+            # transformers), shaped when the generation runs: summarising or reading
+            # documents happens where it can be cancelled and the client is watched.
+            def shape() -> Awaitable[Outgoing]:
+                assert builder is not None
+                return builder.build(
+                    owner=turn.owner,
+                    conversation_id=conversation_id,
+                    stored=stored,
+                    new=new,
+                    model=model,
+                    assistant=assistant,
+                    turn=info,
+                    max_output=template.max_tokens,
+                    tools=server_tools,
+                )
+
         request = AgentRequest(
             owner=turn.owner,
             conversation_id=conversation_id,
@@ -419,8 +436,8 @@ class ConversationService:
             record=record,
             checkpoint_seconds=chat.checkpoint_seconds,
             prior_cost_usd=prior_cost,
+            shape=shape,
         )
-        generation.notes = notes
         rules = regex_rules(assistant)
         if record is not None:
             generation.finisher = Finisher(turn.owner, rules, self.images)
@@ -558,7 +575,11 @@ class ConversationService:
             )
         ttl = self._settings.tools.approval_ttl_seconds
         decided = apply_decisions(
-            paused.parts, turn.approvals, expired=time.time() - paused.updated_at > ttl
+            paused.parts,
+            turn.approvals,
+            now=time.time(),
+            ttl_seconds=ttl,
+            paused_at=paused.updated_at,
         )
         earlier = stored[:-1]
         usage = paused.usage or {}
@@ -651,7 +672,7 @@ class ConversationService:
             settle = stored[-1].id
             updates[settle] = close_pending(stored[-1].parts)
         if turn.trailing_answers:
-            updates.update(_answer_calls(stored, turn.trailing_answers))
+            updates.update(_answer_calls(stored, turn.trailing_answers, updates))
             return _updated(stored, updates), [], updates, None, cost, settle
         if not turn.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
@@ -727,9 +748,13 @@ def _updated(
 
 
 def _answer_calls(
-    stored: list[StoredMessage], answers: tuple[ToolAnswer, ...]
+    stored: list[StoredMessage],
+    answers: tuple[ToolAnswer, ...],
+    updates: dict[str, tuple[Part, ...]],
 ) -> dict[str, tuple[Part, ...]]:
-    """Attach client tool results to the stored assistant calls they answer."""
+    """Attach client tool results to the stored assistant calls they answer (on top of
+    ``updates``). Only the client's calls take answers: a server tool's result, or a
+    call waiting for approval, is not the client's to write."""
     by_call: dict[str, ToolAnswer] = {a.call_id: a for a in answers}
     target = next((m for m in reversed(stored) if m.role == "assistant" and m.parts), None)
     if target is None:
@@ -737,7 +762,14 @@ def _answer_calls(
         raise InvalidRequest(
             f"tool result for unknown call id {answer.call_id!r}", param=answer.param
         )
-    known = {p.id for p in target.parts if isinstance(p, ToolCallPart)}
+    current = updates.get(target.id, target.parts)
+    known = {
+        p.id
+        for p in current
+        if isinstance(p, ToolCallPart)
+        and p.approval == "auto"
+        and (p.result is None or p.result.started_at is None)  # run by the server: set
+    }
     for answer in answers:
         if answer.call_id not in known:
             raise InvalidRequest(
@@ -747,7 +779,7 @@ def _answer_calls(
         replace(p, result=ToolResult(by_call[p.id].content))
         if isinstance(p, ToolCallPart) and p.id in by_call
         else p
-        for p in target.parts
+        for p in current
     )
     return {target.id: parts}
 

@@ -28,6 +28,9 @@ from parley.store.schema import conversations, messages
 
 Row = Mapping[str, Any]
 
+FORK_KEEPS = ("assistant_id",)
+"""Conversation meta a fork keeps (the assistant it runs with)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Versions:
@@ -117,7 +120,8 @@ def copy_rows(
 ) -> str | None:
     """Insert copies of ``rows`` (a chain, oldest first) under ``parent_id`` with new
     ids; returns the last copy's id (``parent_id`` when there is nothing to copy). A copy
-    of a message still being written is kept as interrupted."""
+    of a message still being written, or of a reply waiting for approval, is kept as
+    interrupted: only the original can be decided (a call runs once)."""
     parent = parent_id
     copies: list[dict[str, Any]] = []
     for offset, row in enumerate(rows, start=1):
@@ -126,7 +130,9 @@ def copy_rows(
             id=new_id("msg"),
             conversation_id=conversation_id,
             parent_id=parent,
-            status="interrupted" if row["status"] == "streaming" else row["status"],
+            status="interrupted"
+            if row["status"] in ("streaming", "awaiting_approval")
+            else row["status"],
             created_at=now + offset * 1e-6,
             updated_at=now,
         )
@@ -193,17 +199,23 @@ class BranchOps:
             if end is not None and end not in tree.rows:
                 raise LookupError(message_id)
             source = conn.execute(
-                select(conversations.c.title).where(conversations.c.id == conversation_id)
-            ).scalar_one()
+                select(conversations.c.title, conversations.c.meta).where(
+                    conversations.c.id == conversation_id
+                )
+            ).one()
+            kept = {k: v for k, v in (source.meta or {}).items() if k in FORK_KEEPS}
             now = time.time()
             fork_id = new_id("conv")
             conn.execute(
                 conversations.insert().values(
                     id=fork_id,
                     owner=owner,
-                    title=title or source,
+                    title=title or source.title,
                     head_id=None,
-                    meta={"forked_from": {"conversation_id": conversation_id, "message_id": end}},
+                    meta={
+                        **kept,
+                        "forked_from": {"conversation_id": conversation_id, "message_id": end},
+                    },
                     created_at=now,
                     updated_at=now,
                 )
