@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from parley.conversations.generation import Generation
-from parley.conversations.service import ChatTurn, ConversationService
+from parley.conversations.service import ConversationService
+from parley.conversations.turns import ChatTurn
 from parley.errors import Overloaded, ProviderError
 from parley.events import (
     Done,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from parley.conversations.service import ChatTurn
+from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest, ParleyError, ProviderError
 from parley.events import Done, Restart, StreamError, TextDelta
 from parley.identity import Caller

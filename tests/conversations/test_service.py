@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from parley.conversations.generation import Generation
-from parley.conversations.service import ChatTurn, ConversationService
+from parley.conversations.service import ConversationService
+from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest, NotFound, Overloaded, ProviderError
 from parley.events import Done, Event, StreamError, TextDelta
 from parley.messages import ImagePart, Message, TextPart, text_message

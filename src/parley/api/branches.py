@@ -22,7 +22,7 @@ from starlette.responses import Response
 from parley.api.chat import answer, read_json_object
 from parley.api.conversations import conversation_body, not_found
 from parley.api.state import AppState
-from parley.conversations.service import Anchor
+from parley.conversations.turns import Anchor
 from parley.errors import InvalidRequest, NotFound, ParleyError
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])

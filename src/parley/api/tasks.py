@@ -19,7 +19,7 @@ from starlette.responses import Response
 from parley.api.chat import completion_body, finished, read_body, stream_response
 from parley.api.errors import validation_error
 from parley.api.state import AppState
-from parley.conversations.service import ChatTurn
+from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest
 from parley.messages import Message, text_message
 

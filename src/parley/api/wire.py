@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from parley.conversations.approvals import Decision
-from parley.conversations.service import ChatTurn, ToolAnswer
+from parley.conversations.turns import ChatTurn, ToolAnswer
 from parley.errors import InvalidRequest
 from parley.identity import Caller
 from parley.messages import (

@@ -30,7 +30,8 @@ from typing import Any
 
 from sqlalchemy import event
 
-from parley.conversations.service import ChatTurn, ConversationService
+from parley.conversations.service import ConversationService
+from parley.conversations.turns import ChatTurn
 from parley.events import (
     Done,
     Event,

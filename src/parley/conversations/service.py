@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
 
 from parley.agent.completion import Completer
 from parley.agent.loop import AgentLoop, AgentRequest, Resume
 from parley.agent.model_call import ModelCall
-from parley.conversations.approvals import Decision, apply_decisions, close_pending
 from parley.conversations.assistants import Assistant, resolve_tool_policy, sampling_settings
 from parley.conversations.finishing import Finisher
 from parley.conversations.generation import Generation, Sink, TurnRecord
+from parley.conversations.history import History
 from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
-from parley.errors import Conflict, InvalidRequest, NotFound, Overloaded, ParleyError
+from parley.conversations.turns import ChatTurn
+from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
@@ -39,9 +37,6 @@ from parley.messages import (
     TextPart,
     ToolCallPart,
     ToolPolicy,
-    ToolResult,
-    ToolSpec,
-    Usage,
 )
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
@@ -55,72 +50,6 @@ from parley.transforms.images import ImageSaver
 from parley.transforms.output import RegexRule, rewrite_parts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolAnswer:
-    """A client's result for a tool call (a ``tool`` message)."""
-
-    call_id: str
-    content: str
-    param: str
-    """Where it came from in the request, for error messages."""
-
-
-@dataclass(frozen=True, slots=True)
-class Anchor:
-    """A regenerate or an edit: the turn answers at a stored message, not at the end.
-
-    - regenerate an assistant message: a new version of it, from the history before it;
-      the messages after it are kept (copied after the new version);
-    - regenerate from a user message: a new reply under it; what followed stays on the
-      old version;
-    - edit (``edit``): the turn's one user message is a new version of this user
-      message, and the reply is generated under it.
-    """
-
-    message_id: str
-    edit: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ChatTurn:
-    owner: str
-    model: str | None
-    messages: tuple[Message, ...]
-    """The request's messages, neutral (client tool results folded into their calls)."""
-    trailing_answers: tuple[ToolAnswer, ...] = ()
-    """The tool results that end the request (after its last non-tool message)."""
-    orphan_answers: tuple[ToolAnswer, ...] = ()
-    """Tool results that answer no call in the request's own messages."""
-    conversation_id: str | None = None
-    create_missing: bool = False
-    tools: tuple[ToolSpec, ...] = ()
-    """The client's tools: calls to them end the turn with ``tool_calls``."""
-    server_tools: tuple[str, ...] = ()
-    """Server tools named by the request (beside the configured defaults); the agent
-    loop runs them."""
-    tool_choice: str | dict[str, Any] | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: tuple[str, ...] = ()
-    options: dict[str, Any] = field(default_factory=dict)
-    store: bool = True
-    """False: run the turn without recording it (the request said ``store: false``)."""
-    stream: bool = True
-    """False: the client waits for the whole reply."""
-    caller: Caller | None = None
-    """Who asked (None: ``owner`` with no key); the interceptors see it."""
-    source: str = "api"
-    """Which door the request came through (``chat.completions``, ``chatchat``, ...)."""
-    anchor: Anchor | None = None
-    """Where a regenerate or an edit answers (None: after the current branch)."""
-    approvals: tuple[Decision, ...] = ()
-    """Decisions on calls waiting for approval: the paused reply carries on (the
-    request's messages are not used)."""
-    assistant: str | None = None
-    """An assistant preset by id or name (None: the conversation's, if it has one)."""
 
 
 class ConversationService:
@@ -137,6 +66,7 @@ class ConversationService:
         outgoing: OutgoingBuilder | None = None,
     ) -> None:
         self._settings = settings
+        self._history = History(store, settings.tools.approval_ttl_seconds)
         self._assistants = assistants
         self._outgoing = outgoing
         self._store = store
@@ -287,17 +217,21 @@ class ConversationService:
         stored: list[StoredMessage] = []
         updates: dict[str, tuple[Part, ...]] = {}
         if turn.approvals:
-            stored, resume, message_id, prior_cost = await self._resumed(turn)
+            stored, resume, message_id, prior_cost = await self._history.resumed(turn)
             # the paused reply's tools stay on (a client resuming may not resend them)
             used = [p.name for p in resume.parts if isinstance(p, ToolCallPart)]
             server_tools = tuple(
                 dict.fromkeys((*server_tools, *(n for n in used if n in self._tools)))
             )
         elif turn.anchor is not None:
-            stored, new, parent_id, root, copy_after, prior_cost = await self._anchored(turn)
+            stored, new, parent_id, root, copy_after, prior_cost = await self._history.anchored(
+                turn
+            )
         elif turn.conversation_id is not None:
             try:
-                stored, new, updates, parent_id, prior_cost, settle = await self._continue(turn)
+                stored, new, updates, parent_id, prior_cost, settle = await self._history.continued(
+                    turn
+                )
             except NotFound:
                 if not turn.create_missing:
                     raise
@@ -550,49 +484,6 @@ class ConversationService:
         found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
         return {name: policy for name, policy in found.items() if policy != "auto"}
 
-    async def _branch(self, turn: ChatTurn) -> list[StoredMessage]:
-        """The stored branch of the turn's conversation (NotFound: no such conversation)."""
-        assert turn.conversation_id is not None
-        try:
-            return await self._store.branch(turn.owner, turn.conversation_id)
-        except LookupError:
-            raise NotFound(
-                f"conversation {turn.conversation_id!r} not found",
-                param="conversation_id",
-                code="conversation_not_found",
-            ) from None
-
-    async def _resumed(self, turn: ChatTurn) -> tuple[list[StoredMessage], Resume, str, float]:
-        """(the branch before the paused reply, how it carries on, its id, what the
-        earlier replies cost)."""
-        stored = await self._branch(turn)
-        paused = stored[-1] if stored else None
-        if paused is None or paused.status != "awaiting_approval":
-            raise Conflict(
-                "nothing in this conversation is waiting for approval",
-                param="approvals",
-                code="no_pending_approvals",
-            )
-        ttl = self._settings.tools.approval_ttl_seconds
-        decided = apply_decisions(
-            paused.parts,
-            turn.approvals,
-            now=time.time(),
-            ttl_seconds=ttl,
-            paused_at=paused.updated_at,
-        )
-        earlier = stored[:-1]
-        usage = paused.usage or {}
-        resume = Resume(
-            parts=decided.parts,
-            approved=decided.approved,
-            usage=Usage.from_dict(usage),
-            cost_usd=float(usage.get("response_usd") or 0.0),
-            decided=decided.decided,
-        )
-        cost = _cost(earlier)
-        return earlier, resume, paused.id, cost
-
     def _fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
         found: list[ResolvedModel] = []
         for name in model.fallbacks:
@@ -611,97 +502,6 @@ class ConversationService:
         if self._shutdown_task is not None and self._shutdown_task.done():
             # prepared before the shutdown began, started after its grace ran out
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
-
-    async def _anchored(
-        self, turn: ChatTurn
-    ) -> tuple[list[StoredMessage], list[Message], str | None, bool, list[str], float]:
-        """(the kept branch, new messages, their parent, whether they start at the root,
-        ids to copy after the reply, what the kept history's replies cost)."""
-        anchor = turn.anchor
-        assert anchor is not None
-        assert turn.conversation_id is not None
-        try:
-            path, later = await self._store.around(
-                turn.owner, turn.conversation_id, anchor.message_id
-            )
-        except LookupError:
-            raise NotFound(
-                f"message {anchor.message_id!r} not found in conversation {turn.conversation_id!r}",
-                param="message_id",
-                code="message_not_found",
-            ) from None
-        target = path[-1]
-        if anchor.edit:
-            if target.role != "user":
-                raise InvalidRequest(
-                    "only a user message is edited with a new reply; "
-                    "an assistant message is edited without one",
-                    param="message_id",
-                )
-            kept, new, parent, copy = path[:-1], list(turn.messages), target.parent_id, []
-        elif target.role == "assistant":
-            if target.parent_id is None:
-                raise InvalidRequest("this reply has nothing to answer", param="message_id")
-            kept, new, parent, copy = path[:-1], [], target.parent_id, later
-        elif target.role == "user":
-            kept, new, parent, copy = path, [], target.id, []
-        else:
-            raise InvalidRequest("a system message cannot be regenerated", param="message_id")
-        cost = _cost(kept)
-        return kept, new, parent, parent is None, copy, cost
-
-    async def _continue(
-        self, turn: ChatTurn
-    ) -> tuple[
-        list[StoredMessage],
-        list[Message],
-        dict[str, tuple[Part, ...]],
-        str | None,
-        float,
-        str | None,
-    ]:
-        """(the branch (the updated parts in it), new messages, parts to update, parent of
-        the new messages, what the branch's replies cost so far, a paused reply the new
-        message leaves behind)."""
-        stored = await self._branch(turn)
-        cost = _cost(stored)
-        updates: dict[str, tuple[Part, ...]] = {}
-        settle: str | None = None
-        if stored and stored[-1].status == "awaiting_approval":
-            # a new message instead of decisions: the waiting calls are closed, unrun
-            settle = stored[-1].id
-            updates[settle] = close_pending(stored[-1].parts)
-        if turn.trailing_answers:
-            updates.update(_answer_calls(stored, turn.trailing_answers, updates))
-            return _updated(stored, updates), [], updates, None, cost, settle
-        if not turn.messages:
-            raise InvalidRequest("messages must not be empty", param="messages")
-        last = turn.messages[-1]
-        if last.role != "user":
-            raise InvalidRequest(
-                "with conversation_id, the last message must be the new user message "
-                "or tool results",
-                param=f"messages.{len(turn.messages) - 1}.role",
-            )
-        if _is_retry(stored, last):
-            # The same message again after a reply that failed before any output (a
-            # client retrying): answer the stored message instead of storing it twice.
-            return _updated(stored, updates), [], updates, stored[-2].id, cost, settle
-        # The new message goes under what the model is shown, even if another turn
-        # lands first (it then starts a branch of its own).
-        parent = stored[-1].id if stored else None
-        return _updated(stored, updates), [last], updates, parent, cost, settle
-
-
-def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
-    return (
-        len(stored) >= 2
-        and stored[-1].role == "assistant"
-        and stored[-1].status == "failed"
-        and not stored[-1].parts
-        and stored[-2].role == "user"
-        and stored[-2].parts == message.parts
-    )
 
 
 def regex_rules(assistant: Assistant | None) -> tuple[RegexRule, ...]:
@@ -734,54 +534,6 @@ def _has_input(message: Message) -> bool:
 def _usable(message: StoredMessage) -> bool:
     """Stored messages that become model context: anything with content."""
     return bool(message.parts)
-
-
-def _cost(messages: list[StoredMessage]) -> float:
-    """What the replies among ``messages`` cost (USD)."""
-    return sum(float((m.usage or {}).get("response_usd") or 0.0) for m in messages)
-
-
-def _updated(
-    stored: list[StoredMessage], updates: dict[str, tuple[Part, ...]]
-) -> list[StoredMessage]:
-    return [replace(m, parts=updates[m.id]) if m.id in updates else m for m in stored]
-
-
-def _answer_calls(
-    stored: list[StoredMessage],
-    answers: tuple[ToolAnswer, ...],
-    updates: dict[str, tuple[Part, ...]],
-) -> dict[str, tuple[Part, ...]]:
-    """Attach client tool results to the stored assistant calls they answer (on top of
-    ``updates``). Only the client's calls take answers: a server tool's result, or a
-    call waiting for approval, is not the client's to write."""
-    by_call: dict[str, ToolAnswer] = {a.call_id: a for a in answers}
-    target = next((m for m in reversed(stored) if m.role == "assistant" and m.parts), None)
-    if target is None:
-        answer = answers[0]
-        raise InvalidRequest(
-            f"tool result for unknown call id {answer.call_id!r}", param=answer.param
-        )
-    current = updates.get(target.id, target.parts)
-    known = {
-        p.id
-        for p in current
-        if isinstance(p, ToolCallPart)
-        and p.approval == "auto"
-        and (p.result is None or p.result.started_at is None)  # run by the server: set
-    }
-    for answer in answers:
-        if answer.call_id not in known:
-            raise InvalidRequest(
-                f"tool result for unknown call id {answer.call_id!r}", param=answer.param
-            )
-    parts = tuple(
-        replace(p, result=ToolResult(by_call[p.id].content))
-        if isinstance(p, ToolCallPart) and p.id in by_call
-        else p
-        for p in current
-    )
-    return {target.id: parts}
 
 
 def _title(messages: list[Message]) -> str | None:
