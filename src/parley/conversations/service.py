@@ -4,7 +4,15 @@ Stateless and stateful in one call. Without ``conversation_id`` the request's me
 are the whole history and are all recorded in a new conversation. With it, the stored
 branch is the history and the request's last message (or its trailing tool results,
 which answer the stored assistant's calls) is the new turn. The user message is saved
-before generation starts.
+before generation starts. A turn may also answer at a stored message (regenerate, edit)
+or carry a reply paused for approval on (decisions); ``history.py`` reads where it goes.
+
+Before anything changes, the request's own errors are found (``_check``): a bad request
+never stops the reply in progress. Then, for a stored conversation, under its session
+(one reply at a time), the generation is prepared: model, sampling and tools from the
+request and its assistant, approval policies, the records to write, and how the
+outgoing request is shaped (``outgoing.py``, when the generation runs). After a
+successful turn, a title and suggestions are written in the background (``titles.py``).
 """
 
 from __future__ import annotations
