@@ -237,9 +237,13 @@ def stream_response(
 
         coalescer = Coalescer(coalesce_ms / 1000, write_text) if coalesce_ms else None
 
-        rewriter = DisplayRewriter(generation.rules, with_storage_rules=True) or None
+        rewriter = (
+            DisplayRewriter(generation.rules, with_storage_rules=True) or None
+            if generation.rules
+            else None
+        )
 
-        async def sink(event: Event) -> None:
+        async def rewritten(event: Event) -> None:
             if rewriter is not None:  # the assistant's display rules: shown, never stored
                 if isinstance(event, TextDelta):
                     text = rewriter.feed(event.text)
@@ -256,6 +260,9 @@ def stream_response(
             await shown(event)
 
         async def shown(event: Event) -> None:
+            if coalescer is None:
+                await delivered(event)
+                return
             try:
                 if coalescer is not None and started:
                     if event.__class__ is TextDelta:
@@ -269,8 +276,14 @@ def stream_response(
                         coalescer.close()
                 await deliver(event)
             except BaseException:
-                if coalescer is not None:
-                    coalescer.close()
+                coalescer.close()
+                await write(None)  # whatever failed, the response ends
+                raise
+
+        async def delivered(event: Event) -> None:
+            try:
+                await deliver(event)
+            except BaseException:
                 await write(None)  # whatever failed, the response ends
                 raise
 
@@ -359,6 +372,8 @@ def stream_response(
                     await write(encoder.error(error.message, error.type, error.code))
                     await write(None)
 
+        # each layer only when it does something: most streams need neither
+        sink = rewritten if rewriter is not None else shown if coalescer else delivered
         state.service.start(generation, sink)
 
     def first_failure() -> Response | None:

@@ -156,6 +156,7 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
         await state.conversations.delete_conversation(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None
+    state.service.forget(owner, conversation_id)
     await remove_workspace(state.settings.workspace_dir, owner, conversation_id)
     body = {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
     return Response(orjson.dumps(body), media_type="application/json")

@@ -57,6 +57,7 @@ from parley.conversations.context import (
     REJECT_FACTOR,
     ContextPlan,
     Entry,
+    Estimate,
     SummaryRecord,
     SummaryRejected,
     context_threshold,
@@ -69,7 +70,7 @@ from parley.conversations.context import (
 from parley.conversations.ocr import ModelOcr, current_turn
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
-from parley.messages import Message, TextPart
+from parley.messages import FilePart, ImagePart, Message, TextPart
 from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
 from parley.store.repository import ConversationStore, StoredMessage
@@ -159,6 +160,7 @@ class OutgoingBuilder:
             pipeline_config(TransformerSettings()), ocr=self._ocr
         )
         self._pipelines: OrderedDict[tuple[str, float], InputPipeline] = OrderedDict()
+        self._estimates: OrderedDict[tuple[str, float], int] = OrderedDict()
 
     # --- a turn -----------------------------------------------------------------------
 
@@ -187,9 +189,19 @@ class OutgoingBuilder:
         notes: list[str] = []
         summary: SummaryRecord | None = None
         chosen = entries
-        if conversation_id is not None and self._settings.context.enabled:
+        # (a new conversation has no summary to read, nothing to summarise)
+        if conversation_id is not None and self._settings.context.enabled and stored:
+            estimate = self._estimator(entries, [(m.id, m.updated_at) for m in stored])
             chosen, summary = await self._rolling(
-                owner, conversation_id, entries, len(stored), model, turn, max_output, notes
+                owner,
+                conversation_id,
+                entries,
+                len(stored),
+                model,
+                turn,
+                max_output,
+                notes,
+                estimate,
             )
         kept = [(i, m) for i, m in chosen if m.parts]
         messages = [m for _, m in kept]
@@ -207,6 +219,10 @@ class OutgoingBuilder:
             capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ())
             | frozenset({CAPABILITY_VISION} if model.vision else ()),
         )
+        if assistant is None and not _default_pipeline_acts(messages):
+            # the common case, on every turn's path: nothing for placeholders, documents
+            # or OCR to do
+            return Outgoing(messages=tuple(messages), notes=tuple(notes), summary=summary)
         reading = current_turn.set(turn)  # OCR calls are this caller's
         try:
             result = await self._pipeline(assistant).apply(messages, context)
@@ -219,6 +235,26 @@ class OutgoingBuilder:
             summary=summary,
         )
 
+    def _estimator(self, entries: list[Entry], stamps: list[tuple[str, float]]) -> Estimate:
+        """The planner's token estimate, with a stored message's estimate kept by its id
+        and last change (``stamps``, one per stored entry, in order): a long
+        conversation is not estimated whole again every turn."""
+        cache = self._estimates
+        keys = {id(message): stamp for (_, message), stamp in zip(entries, stamps, strict=False)}
+
+        def estimate(message: Message) -> int:
+            key = keys.get(id(message))
+            if key is None:
+                return estimate_message(message)  # not stored yet
+            tokens = cache.get(key)
+            if tokens is None:
+                tokens = cache[key] = estimate_message(message)
+                if len(cache) > ESTIMATE_CACHE:
+                    cache.popitem(last=False)
+            return tokens
+
+        return estimate
+
     async def _rolling(
         self,
         owner: str,
@@ -229,14 +265,17 @@ class OutgoingBuilder:
         turn: TurnInfo,
         max_output: int | None,
         notes: list[str],
+        estimate: Estimate = estimate_message,
     ) -> tuple[list[Entry], SummaryRecord | None]:
         """(the entries to send, the summary to put in the system prompt)."""
         threshold = self.threshold(model, max_output)
-        if saved == 0 or sum(estimate_message(m) for _, m in entries) <= threshold:
-            return entries, None  # it all fits: sent whole, no summary needed or read
         previous = await self._previous(owner, conversation_id, entries)
         plan = plan_context(
-            entries, previous, threshold, recent_fraction=self._settings.context.recent_fraction
+            entries,
+            previous,
+            threshold,
+            estimate,
+            recent_fraction=self._settings.context.recent_fraction,
         )
         if plan.window_start > saved:
             # the window would start inside the unsaved messages: start it at the last
@@ -492,6 +531,20 @@ class OutgoingBuilder:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+ESTIMATE_CACHE = 100_000
+"""Stored messages whose token estimates are kept (by id)."""
+
+
+def _default_pipeline_acts(messages: list[Message]) -> bool:
+    """Whether the default pipeline (placeholders, documents, OCR) has anything to do."""
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, FilePart | ImagePart):
+                return True
+            if isinstance(part, TextPart) and "{{" in part.text:
+                return True
+    return False
 
 
 _POSITIONS: dict[str, InjectionPosition] = {

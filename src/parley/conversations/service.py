@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from parley.agent.completion import Completer
@@ -59,6 +60,13 @@ from parley.transforms.output import RegexRule, rewrite_parts
 
 log = logging.getLogger(__name__)
 
+ASSISTANT_CACHE = 50_000
+"""Conversations whose assistant id is kept in memory."""
+_UNKNOWN = object()
+
+_NO_PRESET = sampling_settings(None)
+"""The sampling of a turn without an assistant (built once: it is on every turn's path)."""
+
 
 class ConversationService:
     def __init__(
@@ -76,6 +84,7 @@ class ConversationService:
         self._settings = settings
         self._history = History(store, settings.tools.approval_ttl_seconds)
         self._assistants = assistants
+        self._assistant_of: OrderedDict[tuple[str, str], str | None] = OrderedDict()
         self._outgoing = outgoing
         self._store = store
         self._registry = registry
@@ -297,25 +306,25 @@ class ConversationService:
                 meta={"assistant_id": assistant.id} if create and assistant else None,
             )
         chat = self._settings.chat
-        preset = sampling_settings(assistant)
+        preset = sampling_settings(assistant) if assistant is not None else _NO_PRESET
         temperature = next(
             (t for t in (turn.temperature, preset.temperature, model.temperature) if t is not None),
             None,
         )
-        options = {
-            **{
+        options = turn.options
+        if assistant is not None and assistant.sampling:  # the preset's, under the request's
+            preset_options = {
                 name: value
-                for name in SAMPLING_OPTIONS
-                if (value := getattr(preset, name, None)) is not None
-            },
-            **turn.options,
-        }
+                for name, value in assistant.sampling.items()
+                if name in SAMPLING_OPTIONS and value is not None
+            }
+            options = {**preset_options, **turn.options}
         if (
             assistant is not None
             and assistant.reasoning_effort
             and "reasoning_effort" not in options
         ):
-            options["reasoning_effort"] = assistant.reasoning_effort
+            options = {**options, "reasoning_effort": assistant.reasoning_effort}
         template = ModelRequest(
             model=model.model,
             messages=(),
@@ -399,12 +408,8 @@ class ConversationService:
             return None
         name = turn.assistant
         if name is None and turn.conversation_id is not None:
-            try:
-                conversation = await self._store.get_conversation(turn.owner, turn.conversation_id)
-            except LookupError:
-                return None  # reported where the conversation is read
-            name = (conversation.meta or {}).get("assistant_id")
-            if not isinstance(name, str):
+            name = await self._conversation_assistant(turn.owner, turn.conversation_id)
+            if name is None:
                 return None
             try:
                 return await store.get(turn.owner, name)
@@ -418,6 +423,30 @@ class ConversationService:
             raise NotFound(
                 f"assistant {name!r} not found", param="assistant", code="assistant_not_found"
             ) from None
+
+    def forget(self, owner: str, conversation_id: str) -> None:
+        """A conversation was deleted: drop what is kept about it (a client-made id may
+        be used again)."""
+        self._assistant_of.pop((owner, conversation_id), None)
+
+    async def _conversation_assistant(self, owner: str, conversation_id: str) -> str | None:
+        """The id of the assistant a conversation was started with. It never changes, so
+        it is kept (per process) instead of read again on every turn."""
+        key = (owner, conversation_id)
+        known = self._assistant_of.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            self._assistant_of.move_to_end(key)
+            return known if isinstance(known, str) else None
+        try:
+            conversation = await self._store.get_conversation(owner, conversation_id)
+        except LookupError:
+            return None  # reported where the conversation is read
+        found = (conversation.meta or {}).get("assistant_id")
+        name = found if isinstance(found, str) else None
+        self._assistant_of[key] = name
+        if len(self._assistant_of) > ASSISTANT_CACHE:
+            self._assistant_of.popitem(last=False)
+        return name
 
     def _server_tools(self, turn: ChatTurn, assistant: Assistant | None = None) -> tuple[str, ...]:
         """The request's server tools, the assistant's and the configured defaults (each
