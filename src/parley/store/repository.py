@@ -22,7 +22,6 @@ from sqlalchemy import (
     bindparam,
     cast,
     delete,
-    exists,
     or_,
     select,
     update,
@@ -494,15 +493,8 @@ def _head(conn: Connection, owner: str, conversation_id: str) -> str | None:
 
 
 def _owned(conn: Connection, owner: str, conversation_id: str) -> bool:
-    return bool(
-        conn.execute(
-            select(
-                exists().where(
-                    conversations.c.id == conversation_id, conversations.c.owner == owner
-                )
-            )
-        ).scalar()
-    )
+    # the prebuilt head query: an ``exists()`` built per call cost a millisecond
+    return conn.execute(_HEAD, {"b_id": conversation_id, "b_owner": owner}).first() is not None
 
 
 class KeyStore:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from parley.store.database import Database
 from parley.store.schema import conversations, messages, summaries
@@ -85,10 +85,8 @@ class SummaryStore:
         self, owner: str, conversation_id: str, *, limit: int = 20
     ) -> list[StoredSummary]:
         """The summaries not reverted, newest first (the current one first)."""
-        statement = (
-            _select(owner, conversation_id).where(summaries.c.reverted_at.is_(None)).limit(limit)
-        )
-        return await self._db.read(lambda conn: _rows(conn, statement))
+        values = {"b_conversation": conversation_id, "b_owner": owner, "b_limit": limit}
+        return await self._db.read(lambda conn: _rows(conn, _ACTIVE, values))
 
     async def history(
         self, owner: str, conversation_id: str, *, limit: int = HISTORY_LIMIT
@@ -171,8 +169,23 @@ def _select(owner: str, conversation_id: str) -> Any:
     )
 
 
-def _rows(conn: Connection, statement: Any) -> list[StoredSummary]:
-    return [_summary(row._mapping) for row in conn.execute(statement).all()]
+_ACTIVE = (
+    select(summaries)
+    .where(
+        summaries.c.conversation_id == bindparam("b_conversation"),
+        summaries.c.owner == bindparam("b_owner"),
+        summaries.c.reverted_at.is_(None),
+    )
+    .order_by(summaries.c.created_at.desc(), summaries.c.id.desc())
+    .limit(bindparam("b_limit"))
+)
+"""Built once: it runs on every turn of a stored conversation."""
+
+
+def _rows(
+    conn: Connection, statement: Any, values: dict[str, Any] | None = None
+) -> list[StoredSummary]:
+    return [_summary(row._mapping) for row in conn.execute(statement, values or {}).all()]
 
 
 def _summary(row: Any) -> StoredSummary:
