@@ -3,6 +3,7 @@ and the summary store. Real SQLite, a scripted provider behind a real ModelCall.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -479,3 +480,13 @@ async def test_deleting_the_conversation_deletes_its_summaries(world: World) -> 
     assert await world.summaries.save(OWNER, cid, record(ids[:2], "gone soon", 1.0), "m")
     await world.store.delete_conversation(OWNER, cid)
     assert await world.summaries.history(OWNER, cid) == []
+
+
+async def test_the_embedded_model_does_not_summarise_unless_asked(world: World) -> None:
+    cid, _stored = await make_conversation(world)
+    local = dataclasses.replace(world.model, kind="local")
+    outgoing = await world.build(cid, model=local)
+    assert world.provider.requests == []  # no summary call on the slow local model
+    assert outgoing.summary is None
+    assert texts(outgoing) == [long_text(6), long_text(7), "And now?"]  # never the whole
+    assert any("embedded model" in note for note in outgoing.notes)

@@ -294,6 +294,15 @@ class OutgoingBuilder:
             )
         if not plan.needs_summary:
             return list(plan.system + plan.window), plan.summary
+        settings = self._settings
+        if model.kind == "local" and not (
+            settings.context.summary_model or settings.chat.fast_model
+        ):
+            # the embedded model would take a minute over the summary, the user waiting:
+            # it sends the recent window (and any summary it has) unless a summary model
+            # is named on purpose
+            notes.append(LOCAL_NO_SUMMARY_NOTE)
+            return list(plan.system + plan.window), plan.summary
         try:
             record, written_by = await self._summarise(plan, model, turn, None, None)
         except Exception as exc:  # a failed summary never fails the turn
@@ -531,6 +540,11 @@ class OutgoingBuilder:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+LOCAL_NO_SUMMARY_NOTE = (
+    "older messages were left out (the embedded model does not write rolling summaries "
+    "unless context.summary_model or chat.fast_model names a model for them)"
+)
 
 ESTIMATE_CACHE = 100_000
 """Stored messages whose token estimates are kept (by id)."""

@@ -493,13 +493,19 @@ class ConversationService:
             or not (titles or suggestions)
         ):
             return
+        models = self.fast_models(generation.model)
+        if models[0].kind == "local" and not self._settings.chat.fast_model:
+            # the embedded model (about 10 tokens/s on a laptop core) would spend the
+            # next half minute on suggestions, with the user waiting behind it: only
+            # a fast_model set on purpose writes titles and suggestions for it
+            return
         request = generation.request
         task = asyncio.ensure_future(
             writer.after_turn(
                 owner=request.owner,
                 conversation_id=conversation_id,
                 message_id=generation.message_id,
-                models=self.fast_models(generation.model),
+                models=models,
                 turn=TurnInfo(
                     caller=request.caller or Caller(request.owner),
                     source="internal",
