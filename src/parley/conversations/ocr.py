@@ -34,11 +34,10 @@ class ModelOcr:
         self._model = model
 
     async def read(self, image_url: str) -> str:
-        model = self._registry.resolve(self._model)
-        fallbacks = [self._registry.resolve(name) for name in model.fallbacks]
+        models = self._registry.with_fallbacks(self._registry.resolve(self._model))
         message = Message("user", (TextPart(OCR_PROMPT), ImagePart(image_url)))
         reply = await self._completer.complete(
-            [model, *fallbacks],
+            models,
             [message],
             max_tokens=OCR_MAX_TOKENS,
             purpose="ocr",

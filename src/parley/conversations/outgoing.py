@@ -455,14 +455,7 @@ class OutgoingBuilder:
                 writer = self._registry.resolve(name)
             except ParleyError as exc:
                 log.warning("summary model %r: %s; using %s", name, exc, model.public_name)
-        writer = writer or model
-        models = [writer]
-        for fallback in writer.fallbacks:
-            try:
-                models.append(self._registry.resolve(fallback))
-            except ParleyError as exc:
-                log.warning("fallback model %r of %s: %s", fallback, writer.public_name, exc)
-        return models
+        return self._registry.with_fallbacks(writer or model)
 
     def _segment_tokens(self, writer: ResolvedModel, target: int) -> int:
         """``context.segment_tokens``, less when a segment, the running summary, the

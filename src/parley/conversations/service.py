@@ -373,7 +373,7 @@ class ConversationService:
             message_id=message_id,
             history=tuple(history),
             template=template,
-            models=[model, *self._fallbacks(model)],
+            models=self._registry.with_fallbacks(model),
             server_tools=server_tools,
             caller=turn.caller,
             source=turn.source,
@@ -473,8 +473,8 @@ class ConversationService:
             except ParleyError as exc:
                 log.warning("chat.fast_model %r is unusable: %s", name, exc)
             else:
-                return [fast, *self._fallbacks(fast)]
-        return [model, *self._fallbacks(model)]
+                return self._registry.with_fallbacks(fast)
+        return self._registry.with_fallbacks(model)
 
     def _after_turn(self, generation: Generation) -> None:
         """After a successful stored turn: a title and follow-up suggestions, in the
@@ -526,15 +526,6 @@ class ConversationService:
         configured = self._settings.tools.approval
         found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
         return {name: policy for name, policy in found.items() if policy != "auto"}
-
-    def _fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
-        found: list[ResolvedModel] = []
-        for name in model.fallbacks:
-            try:
-                found.append(self._registry.resolve(name))
-            except ParleyError as exc:
-                log.warning("fallback model %r of %r is unusable: %s", name, model.public_name, exc)
-        return found
 
     def start(self, generation: Generation, sink: Sink) -> None:
         """Run a prepared generation, feeding ``sink``; it is tracked until it ends."""

@@ -9,15 +9,18 @@ empty name is the configured ``default_model``. Anything else is a clear 404.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from parley.errors import InvalidRequest, NotFound
+from parley.errors import InvalidRequest, NotFound, ParleyError
 from parley.providers.protocol import Provider
 from parley.settings import ModelAlias, ProviderSettings, Settings
+
+log = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "smollm2-135m-instruct"
 _LISTING_TTL_SECONDS = 60.0
@@ -99,6 +102,17 @@ class ProviderRegistry:
                 return self._resolved(provider_name, name, name)
         default = self._default_provider()
         return self._passthrough(default, name, name)
+
+    def with_fallbacks(self, model: ResolvedModel) -> list[ResolvedModel]:
+        """``model``, then each of its fallbacks that resolves (an unusable one is logged
+        and skipped)."""
+        found = [model]
+        for name in model.fallbacks:
+            try:
+                found.append(self.resolve(name))
+            except ParleyError as exc:
+                log.warning("fallback model %r of %r is unusable: %s", name, model.public_name, exc)
+        return found
 
     def _passthrough(self, provider_name: str, model: str, public_name: str) -> ResolvedModel:
         fixed = self._fixed[provider_name]

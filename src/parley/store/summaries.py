@@ -31,8 +31,9 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, bindparam, select, update
 
+from parley.store.branches import load_tree
 from parley.store.database import Database
-from parley.store.schema import conversations, messages, summaries
+from parley.store.schema import summaries
 
 HISTORY_LIMIT = 100
 """The most rows ``history`` returns (newest first)."""
@@ -204,25 +205,5 @@ def _summary(row: Any) -> StoredSummary:
 
 def _branch_ids(conn: Connection, owner: str, conversation_id: str) -> Sequence[str]:
     """The ids of the current branch, oldest first. LookupError: no such conversation."""
-    head = conn.execute(
-        select(conversations.c.head_id).where(
-            conversations.c.id == conversation_id, conversations.c.owner == owner
-        )
-    ).first()
-    if head is None:
-        raise LookupError(conversation_id)
-    parents: dict[str, str | None] = {
-        row.id: row.parent_id
-        for row in conn.execute(
-            select(messages.c.id, messages.c.parent_id).where(
-                messages.c.conversation_id == conversation_id, messages.c.owner == owner
-            )
-        ).all()
-    }
-    chain: list[str] = []
-    cursor: str | None = head.head_id
-    while cursor is not None and cursor in parents and len(chain) <= len(parents):
-        chain.append(cursor)
-        cursor = parents[cursor]
-    chain.reverse()
-    return chain
+    tree = load_tree(conn, owner, conversation_id)
+    return [row["id"] for row in tree.path_to(tree.head)]
