@@ -18,7 +18,7 @@ and returns the messages to send, in three steps (behaviours.md section 4):
    for a model without tools when tools are in play, the rolling summary. Memories and
    tool prompts have slots there but nothing fills them yet.
 3. **Input transformers** (``transforms/input.py``), configured from the assistant's
-   transformer settings (``pipeline_config``).
+   transformer settings (``pipelines.py``).
 
 ``compact`` is the manual compaction: everything before the newest user message is
 summarised now, with the user's instructions.
@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from parley.agent.completion import Completer
-from parley.conversations.assistants import Assistant, TransformerSettings, transformer_settings
+from parley.conversations.assistants import Assistant
 from parley.conversations.context import (
     MAX_TOKENS_FACTOR,
     REJECT_FACTOR,
@@ -68,9 +68,10 @@ from parley.conversations.context import (
     summary_applies,
 )
 from parley.conversations.ocr import ModelOcr, current_turn
+from parley.conversations.pipelines import Pipelines, default_pipeline_acts
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
-from parley.messages import FilePart, ImagePart, Message, TextPart
+from parley.messages import Message, TextPart
 from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
 from parley.store.repository import ConversationStore, StoredMessage
@@ -79,23 +80,8 @@ from parley.tools.registry import ToolRegistry
 from parley.transforms.input import (
     CAPABILITY_TOOLS,
     CAPABILITY_VISION,
-    DocumentPromptConfig,
-    InjectionConfig,
-    InjectionPosition,
-    InputPipeline,
-    KnowledgeConfig,
-    LorebookEntry,
-    MemoryConfig,
-    OcrConfig,
-    PipelineConfig,
-    PlaceholderConfig,
-    PromptInjectionConfig,
-    TemplateConfig,
-    TimeReminderConfig,
     TransformContext,
     UsedSnippet,
-    WorkspaceReminderConfig,
-    build_pipeline,
 )
 from parley.transforms.prompt import (
     TOOLS_UNAVAILABLE_NOTE,
@@ -110,7 +96,6 @@ UNSAVED = "unsaved:"
 PROMPT_RESERVE_TOKENS = 600
 """Room kept for the summariser's own instructions when sizing its segments."""
 MIN_SEGMENT_TOKENS = 256
-PIPELINE_CACHE = 64
 """Input pipelines kept, one per assistant version (their document caches live on)."""
 
 SUMMARY_FAILED_NOTE = (
@@ -155,11 +140,9 @@ class OutgoingBuilder:
         self._store = store
         self._tools = tools
         ocr_model = settings.chat.ocr_model
-        self._ocr = None if ocr_model is None else ModelOcr(completer, registry, ocr_model)
-        self._default_pipeline = build_pipeline(
-            pipeline_config(TransformerSettings()), ocr=self._ocr
+        self._pipelines = Pipelines(
+            None if ocr_model is None else ModelOcr(completer, registry, ocr_model)
         )
-        self._pipelines: OrderedDict[tuple[str, float], InputPipeline] = OrderedDict()
         self._estimates: OrderedDict[tuple[str, float], int] = OrderedDict()
 
     # --- a turn -----------------------------------------------------------------------
@@ -219,13 +202,13 @@ class OutgoingBuilder:
             capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ())
             | frozenset({CAPABILITY_VISION} if model.vision else ()),
         )
-        if assistant is None and not _default_pipeline_acts(messages):
+        if assistant is None and not default_pipeline_acts(messages):
             # the common case, on every turn's path: nothing for placeholders, documents
             # or OCR to do
             return Outgoing(messages=tuple(messages), notes=tuple(notes), summary=summary)
         reading = current_turn.set(turn)  # OCR calls are this caller's
         try:
-            result = await self._pipeline(assistant).apply(messages, context)
+            result = await self._pipelines.for_assistant(assistant).apply(messages, context)
         finally:
             current_turn.reset(reading)
         return Outgoing(
@@ -511,26 +494,6 @@ class OutgoingBuilder:
             return True
         return any(name in self._tools for name in self._settings.tools.default_tools)
 
-    def _pipeline(self, assistant: Assistant | None) -> InputPipeline:
-        """The assistant's input pipeline (kept per assistant version)."""
-        if assistant is None:
-            return self._default_pipeline
-        key = (assistant.id, assistant.updated_at)
-        pipeline = self._pipelines.get(key)
-        if pipeline is not None:
-            self._pipelines.move_to_end(key)
-            return pipeline
-        try:
-            config = pipeline_config(transformer_settings(assistant))
-        except ValueError:  # a stored setting that no longer validates
-            log.exception("assistant %s: invalid transformer settings; defaults used", assistant.id)
-            config = pipeline_config(TransformerSettings())
-        pipeline = build_pipeline(config, ocr=self._ocr)
-        self._pipelines[key] = pipeline
-        while len(self._pipelines) > PIPELINE_CACHE:
-            self._pipelines.popitem(last=False)
-        return pipeline
-
 
 # --- helpers --------------------------------------------------------------------------------
 
@@ -541,74 +504,6 @@ LOCAL_NO_SUMMARY_NOTE = (
 
 ESTIMATE_CACHE = 100_000
 """Stored messages whose token estimates are kept (by id)."""
-
-
-def _default_pipeline_acts(messages: list[Message]) -> bool:
-    """Whether the default pipeline (placeholders, documents, OCR) has anything to do."""
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, FilePart | ImagePart):
-                return True
-            if isinstance(part, TextPart) and "{{" in part.text:
-                return True
-    return False
-
-
-_POSITIONS: dict[str, InjectionPosition] = {
-    "before_system": "before_system_prompt",
-    "after_system": "after_system_prompt",
-    "top": "top_of_chat",
-    "bottom": "bottom_of_chat",
-    "at_depth": "at_depth",
-}
-
-
-def pipeline_config(settings: TransformerSettings) -> PipelineConfig:
-    """An assistant's transformer settings as the pipeline's configuration. The defaults
-    (no assistant): placeholders, documents and OCR on (OCR acts only for a model that
-    cannot read images), the rest off. Retrieval stays off until its services exist."""
-    modes = tuple(
-        InjectionConfig(
-            name=item.name or f"injection {index + 1}",
-            content=item.content,
-            position=_POSITIONS[item.position],
-            depth=item.depth,
-            role=item.role,
-            enabled=item.enabled,
-        )
-        for index, item in enumerate(settings.prompt_injections)
-    )
-    lorebook = tuple(
-        LorebookEntry(
-            name=entry.name or f"entry {index + 1}",
-            content=entry.content,
-            keywords=tuple(entry.keywords),
-            use_regex=entry.use_regex,
-            case_sensitive=entry.case_sensitive,
-            scan_depth=entry.scan_depth,
-            constant=entry.constant,
-            position=_POSITIONS[entry.position],
-            depth=entry.depth,
-            role=entry.role,
-            enabled=entry.enabled,
-        )
-        for index, entry in enumerate(settings.lorebook)
-    )
-    template = settings.template
-    return PipelineConfig(
-        time_reminder=TimeReminderConfig(enabled=settings.time_reminder),
-        injection=PromptInjectionConfig(modes=modes, lorebook=lorebook),
-        placeholders=PlaceholderConfig(enabled=settings.placeholders, single_braces=False),
-        documents=DocumentPromptConfig(enabled=settings.documents),
-        # images for a model that cannot read them: chat.ocr_model's reading, or a note
-        ocr=OcrConfig(enabled=True),
-        template=TemplateConfig(template=template)
-        if template is not None
-        else TemplateConfig(enabled=False),
-        workspace=WorkspaceReminderConfig(enabled=settings.workspace_reminder),
-        knowledge=KnowledgeConfig(enabled=False),
-        memory=MemoryConfig(enabled=False),
-    )
 
 
 def summary_record(row: StoredSummary) -> SummaryRecord:

@@ -27,7 +27,7 @@ from parley.tools.function import function_tool
 from parley.tools.protocol import ToolContext, ToolError
 
 if TYPE_CHECKING:
-    from parley.store.repository import MessageMatch
+    from parley.store.search import MessageMatch
 
 SNIPPET_CHARS = 160
 """About how much text a search result shows around its match."""
