@@ -1,0 +1,265 @@
+"""The MCP client against real SDK servers over stdio and streamable HTTP (loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from parley.mcp.client import McpCallTimeout, McpClientError, McpConnection, ServerConfig
+from parley.mcp.tools import McpTool, cap, server_tools, to_output, tool_name
+from parley.tools.protocol import ToolOutput
+from tests.mcp import servers
+
+pytestmark = pytest.mark.anyio
+
+SERVER_SCRIPT = str(Path(servers.__file__))
+ROOT = str(Path(__file__).parents[2])
+
+
+def stdio_config(**overrides: object) -> ServerConfig:
+    values: dict[str, object] = {
+        "name": "echo",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": (SERVER_SCRIPT,),
+        "env": {"PYTHONPATH": ROOT},
+        "timeout_seconds": 5,
+    }
+    values.update(overrides)
+    return ServerConfig(**values)  # type: ignore[arg-type]
+
+
+class HttpServer:
+    """The test MCPServer's streamable HTTP app under uvicorn, in a background thread."""
+
+    def __init__(self) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        app = servers.build().streamable_http_app()
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", ws="none", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def __enter__(self) -> HttpServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[HttpServer]:
+    with HttpServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["stdio", "http"])
+async def connection(
+    request: pytest.FixtureRequest, http_server: HttpServer
+) -> AsyncIterator[McpConnection]:
+    if request.param == "stdio":
+        config = stdio_config()
+    else:
+        config = ServerConfig(name="echo", transport="http", url=http_server.url, timeout_seconds=5)
+    conn = McpConnection(config)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def text_of(output: ToolOutput) -> str:
+    return output.content
+
+
+async def test_lists_tools_lazily_and_caches(connection: McpConnection) -> None:
+    assert not connection.health().connected
+    tools = await connection.list_tools()
+    names = {tool.name for tool in tools}
+    assert {"echo", "add", "weather", "picture", "fail", "hang", "big"} <= names
+    echo = next(tool for tool in tools if tool.name == "echo")
+    assert echo.description == "Say the text back."
+    assert echo.input_schema["properties"]["text"]["type"] == "string"
+    health = connection.health()
+    assert health.connected
+    assert health.tool_count == len(tools)
+    assert health.last_error is None
+
+
+async def test_text_structured_and_image_results(connection: McpConnection) -> None:
+    tools = {tool.info.name: tool for tool in await server_tools(connection)}
+    echo = tools["echo"]
+    assert echo.spec.name == "mcp__echo__echo"
+    assert echo.spec.parameters["type"] == "object"
+
+    out = await echo.run({"text": "hello"}, None)  # type: ignore[arg-type]
+    assert out == ToolOutput("hello")
+    out = await tools["add"].run({"a": 2, "b": 3}, None)  # type: ignore[arg-type]
+    assert not out.is_error
+    assert "5" in out.content
+
+    result = await connection.call("weather", {"city": "Oslo"})
+    assert result.structured_content == {"city": "Oslo", "celsius": 21.5}
+    out = to_output(result)
+    assert '"city": "Oslo"' in out.content
+
+    out = await tools["picture"].run({}, None)  # type: ignore[arg-type]
+    assert out.content == f"[image: image/png, {len(servers.PNG)} bytes]"
+    assert connection.health().latency_ms is not None
+
+
+async def test_tool_error_is_an_error_output(connection: McpConnection) -> None:
+    tool = McpTool(connection, next(t for t in await connection.list_tools() if t.name == "fail"))
+    out = await tool.run({"reason": "tests"}, None)  # type: ignore[arg-type]
+    assert out.is_error
+    assert "broken on purpose: tests" in out.content
+
+
+async def test_hanging_tool_times_out_and_connection_survives(connection: McpConnection) -> None:
+    started = time.monotonic()
+    with pytest.raises(McpCallTimeout, match="did not answer within 1 s"):
+        await connection.call("hang", {"seconds": 30}, timeout_seconds=1)
+    assert time.monotonic() - started < 4
+    assert "did not answer" in (connection.health().last_error or "")
+    result = await connection.call("echo", {"text": "still here"})
+    assert to_output(result).content == "still here"
+    assert connection.health().last_error is None
+
+
+async def test_megabytes_are_capped(connection: McpConnection) -> None:
+    result = await connection.call("big", {"chars": 2_000_000})
+    out = to_output(result)
+    assert len(out.content) <= 100_000
+    assert "[output truncated: showing" in out.content
+    assert "of 2,000,000 characters]" in out.content
+    assert len(to_output(result, max_chars=500).content) <= 500
+
+
+async def test_stdio_server_exiting_while_idle_reconnects() -> None:
+    async with McpConnection(stdio_config()) as conn:
+        first_pid = (await conn.call("pid", {})).structured_content
+        await conn.call("exit_soon", {})
+        deadline = time.monotonic() + 5
+        while conn.health().connected:
+            assert time.monotonic() < deadline, "the exit was never noticed"
+            await asyncio.sleep(0.05)
+        result = await conn.call("echo", {"text": "again"})
+        assert to_output(result).content == "again"
+        second_pid = (await conn.call("pid", {})).structured_content
+        assert second_pid != first_pid
+
+
+async def test_stdio_server_dying_at_startup_is_an_error_output() -> None:
+    script = "import os, sys\nsys.stdin.readline()\nos._exit(3)\n"
+    async with McpConnection(stdio_config(args=("-c", script), timeout_seconds=2)) as conn:
+        tool = McpTool(conn, servers_info("echo"))
+        out = await tool.run({"text": "x"}, None)  # type: ignore[arg-type]
+        assert out.is_error
+        assert "MCP server 'echo'" in out.content
+
+
+def servers_info(name: str) -> object:
+    from parley.mcp.client import ToolInfo
+
+    return ToolInfo(name=name, description=name, input_schema={"type": "object"})
+
+
+async def test_garbage_on_stdout_is_a_clear_error(tmp_path: Path) -> None:
+    script = tmp_path / "garbage.py"
+    script.write_text(
+        "import sys\nfor line in sys.stdin:\n    print('hello, this is not json', flush=True)\n"
+    )
+    conn = McpConnection(stdio_config(args=(str(script),), timeout_seconds=1))
+    started = time.monotonic()
+    with pytest.raises(McpClientError) as caught:
+        await conn.list_tools()
+    assert time.monotonic() - started < 5
+    message = str(caught.value)
+    assert "could not connect" in message
+    assert "invalid messages" in message
+    assert not conn.health().connected
+    assert conn.health().last_error == message
+    await conn.close()
+
+
+async def test_close_leaves_no_child_process() -> None:
+    conn = McpConnection(stdio_config())
+    pid = (await conn.call("pid", {})).structured_content
+    assert isinstance(pid, dict)
+    child = int(pid["result"])
+    os.kill(child, 0)  # alive
+    await conn.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    assert not conn.health().connected
+    with pytest.raises(McpClientError, match="closed"):
+        await conn.list_tools()
+
+
+async def test_stdio_environment_is_minimal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_SECRET_FOR_TEST", "sk-secret")
+    async with McpConnection(stdio_config(env={"PYTHONPATH": ROOT, "GIVEN": "yes"})) as conn:
+        secret = await conn.call("env", {"name": "PARLEY_SECRET_FOR_TEST"})
+        given = await conn.call("env", {"name": "GIVEN"})
+    assert to_output(secret).content == "<unset>"
+    assert to_output(given).content == "yes"
+
+
+async def test_unreachable_http_server_is_an_error_output() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = ServerConfig(
+        name="gone", transport="http", url=f"http://127.0.0.1:{port}/mcp", timeout_seconds=1
+    )
+    async with McpConnection(config) as conn:
+        tool = McpTool(conn, servers_info("echo"))  # type: ignore[arg-type]
+        out = await tool.run({}, None)  # type: ignore[arg-type]
+    assert out.is_error
+    assert "MCP server 'gone'" in out.content
+
+
+def test_tool_names_are_sanitized_and_short() -> None:
+    assert tool_name("my server", "do.thing!") == "mcp__my_server__do_thing_"
+    assert len(tool_name("s" * 40, "t" * 40)) == 64
+
+
+def test_cap_keeps_short_text_and_notes_truncation() -> None:
+    assert cap("short", 100) == "short"
+    capped = cap("y" * 1000, 200)
+    assert len(capped) <= 200
+    assert capped.endswith("of 1,000 characters]")
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="between 1 and 300"):
+        stdio_config(timeout_seconds=0)
+    with pytest.raises(ValueError, match="needs a url"):
+        ServerConfig(name="x", transport="http")
+    with pytest.raises(ValueError, match="needs a command"):
+        ServerConfig(name="x")
+    assert "sk-" not in repr(
+        ServerConfig(name="x", url="http://h", transport="http", bearer_token="sk-1")
+    )
