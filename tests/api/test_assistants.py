@@ -21,15 +21,9 @@ def server(
         yield running
 
 
-def _key(server: ParleyServer, owner: str) -> str:
-    result = server.cli("keys", "create", "--owner", owner, "--name", f"{owner}-key")
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()[0]
-
-
 @pytest.fixture(scope="module")
 def keys(server: ParleyServer) -> dict[str, str]:
-    return {owner: _key(server, owner) for owner in ("alice", "bob")}
+    return {owner: server.create_key(owner) for owner in ("alice", "bob")}
 
 
 def _client(server: ParleyServer, key: str) -> httpx.Client:

@@ -238,10 +238,7 @@ def test_another_owner_cannot_touch_the_branches(
     upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     with ParleyServer(tmp_path_factory.mktemp("owners"), server_config(upstream)) as server:
-        alice, mallory = (
-            server.cli("keys", "create", "--owner", who, "--name", who).stdout.split()[0]
-            for who in ("alice", "mallory")
-        )
+        alice, mallory = (server.create_key(who) for who in ("alice", "mallory"))
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=alice, max_retries=0)
         cid = say(client, upstream, "mine", "yours", None)
         own = {"Authorization": f"Bearer {alice}"}

@@ -102,14 +102,6 @@ def keyed(upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield server
 
 
-def _create_key(server: ParleyServer, owner: str) -> str:
-    result = server.cli("keys", "create", "--owner", owner, "--name", f"{owner}-key")
-    assert result.returncode == 0, result.stderr
-    key = result.stdout.split()[0]
-    assert key.startswith("sk-parley-")
-    return key
-
-
 def test_keys_and_owners(keyed: ParleyServer, upstream: MockOpenAI):
     url = f"{keyed.url}/v1"
     # no key exists yet: loopback clients are served whatever they send
@@ -117,8 +109,8 @@ def test_keys_and_owners(keyed: ParleyServer, upstream: MockOpenAI):
     anyone = openai.OpenAI(base_url=url, api_key="whatever", max_retries=0)
     assert anyone.chat.completions.create(model="fast", messages=HELLO).choices[0].message.content
 
-    alice_key = _create_key(keyed, "alice")
-    bob_key = _create_key(keyed, "bob")
+    alice_key = keyed.create_key("alice")
+    bob_key = keyed.create_key("bob")
     with pytest.raises(openai.AuthenticationError):
         anyone.chat.completions.create(model="fast", messages=HELLO)
     assert httpx.get(f"{url}/models").status_code == 401

@@ -37,11 +37,10 @@ def keyed(
         config,
         env={"PYTHONPATH": str(example_package)},
     )
-    keys = {}
-    for owner, options in (("alice", ()), ("bob", ()), ("ops", ("--admin",))):
-        result = server.cli("keys", "create", "--owner", owner, "--name", owner, *options)
-        assert result.returncode == 0, result.stderr
-        keys[owner] = result.stdout.split()[0]
+    keys = {
+        owner: server.create_key(owner, *options)
+        for owner, options in (("alice", ()), ("bob", ()), ("ops", ("--admin",)))
+    }
     with server:
         yield server, keys
 

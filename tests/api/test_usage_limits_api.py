@@ -68,14 +68,6 @@ def usage(server: ParleyServer, key: str = "sk-any", **params: str) -> httpx.Res
     )
 
 
-def create_key(server: ParleyServer, name: str, *options: str) -> str:
-    result = server.cli("keys", "create", "--owner", name, "--name", name, *options)
-    assert result.returncode == 0, result.stderr
-    key = result.stdout.split()[0]
-    assert key.startswith("sk-parley-")
-    return key
-
-
 def ask_until_refused(
     client: openai.OpenAI, upstream: MockOpenAI
 ) -> tuple[int, openai.RateLimitError]:
@@ -134,9 +126,9 @@ def test_usage_per_key_with_admins_seeing_any_key(
     keyed_limits: ParleyServer, upstream: MockOpenAI
 ) -> None:
     keyed = keyed_limits
-    alice_key = create_key(keyed, "alice")
-    bob_key = create_key(keyed, "bob")
-    ops_key = create_key(keyed, "ops", "--admin")
+    alice_key = keyed.create_key("alice")
+    bob_key = keyed.create_key("bob")
+    ops_key = keyed.create_key("ops", "--admin")
     url = f"{keyed.url}/v1"
     alice = openai.OpenAI(base_url=url, api_key=alice_key, max_retries=0)
     bob = openai.OpenAI(base_url=url, api_key=bob_key, max_retries=0)

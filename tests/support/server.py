@@ -50,6 +50,15 @@ class ParleyServer:
     def db_path(self) -> Path:
         return self.data_dir / "parley.db"
 
+    def create_key(self, owner: str, *options: str) -> str:
+        """A new API key for ``owner`` (named after it), made with ``parley keys create``
+        (``--admin`` among ``options`` for an admin key)."""
+        result = self.cli("keys", "create", "--owner", owner, "--name", owner, *options)
+        assert result.returncode == 0, result.stderr
+        key = result.stdout.split()[0]
+        assert key.startswith("sk-parley-")
+        return key
+
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "parley", *args, "--config", str(self.config_path)],

@@ -18,6 +18,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from parley.api.pages import page
 from parley.api.state import AppState
 from parley.conversations.assistants import Assistant, AssistantCreate, AssistantUpdate
 from parley.errors import InvalidRequest, NotFound, ParleyError
@@ -101,14 +102,7 @@ async def list_assistants(
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
     rows = await state.assistants.list(owner, limit=limit + 1, after=after)
-    page = rows[:limit]
-    return {
-        "object": "list",
-        "data": [assistant_json(a) for a in page],
-        "has_more": len(rows) > limit,
-        "first_id": page[0].id if page else None,
-        "last_id": page[-1].id if page else None,
-    }
+    return page(rows, limit, assistant_json)
 
 
 @router.get("/{assistant_id}")

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from parley.api.pages import page
 from parley.api.state import AppState
 from parley.errors import NotFound
 from parley.messages import TextPart, parts_to_json, reply_text
@@ -84,13 +85,7 @@ async def list_conversations(
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
     rows = await state.conversations.list_conversations(owner, limit=limit + 1, after=after)
-    page = rows[:limit]
-    return {
-        "object": "list",
-        "data": [conversation_json(c) for c in page],
-        "has_more": len(rows) > limit,
-        "last_id": page[-1].id if page else None,
-    }
+    return page(rows, limit, conversation_json)
 
 
 @router.get("/{conversation_id}")
