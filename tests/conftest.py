@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from parley.settings import Settings
+from parley.store.database import Database
 from tests.support.mock_openai import MockOpenAI
 from tests.support.packages import install_example_package
 from tests.support.server import ParleyServer
@@ -18,6 +20,15 @@ from tests.support.server import ParleyServer
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated SQLite database of the test's own (for store-level tests)."""
+    db = Database(Settings(data_dir=tmp_path))
+    await db.migrate()
+    yield db
+    await db.dispose()
 
 
 @pytest.fixture(scope="session")

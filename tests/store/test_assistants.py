@@ -3,29 +3,17 @@ migrations build exactly the tables ``schema.py`` describes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection
 
 from parley.errors import Conflict
-from parley.settings import Settings
 from parley.store.assistants import Assistant, AssistantMemory, AssistantStore, RegexRule
 from parley.store.database import Database
 from parley.store.schema import metadata
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[Database]:
-    db = Database(Settings(data_dir=tmp_path))
-    await db.migrate()
-    yield db
-    await db.dispose()
 
 
 @pytest.fixture
