@@ -4,5 +4,5 @@
 # Arguments go to `parley serve` (e.g. --port 9000, --config examples/parley.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh local
+scripts/setup.sh local,embed
 exec .venv/bin/parley serve "$@"

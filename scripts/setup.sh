@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Create .venv and install Parley into it. Usage: scripts/setup.sh [EXTRAS]
-# EXTRAS defaults to "local"; the test command passes "local,dev".
+# EXTRAS defaults to "local,embed"; the test command passes "local,embed,dev".
 # The local model runtime (llama-cpp-python) compiles from source the first time:
 # about 8 minutes on 2 cores; pip caches the wheel after that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras=${1:-local}
+extras=${1:-local,embed}
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "Parley needs Python 3.11 or newer ($python is $("$python" --version 2>&1))" >&2

@@ -3,7 +3,7 @@
 # Arguments go to pytest (e.g. -k streaming, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh local,dev
+scripts/setup.sh local,embed,dev
 .venv/bin/ruff check src tests examples
 .venv/bin/ruff format --check src tests examples
 .venv/bin/mypy

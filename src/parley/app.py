@@ -26,27 +26,35 @@ from parley.api import (
     assistants,
     branches,
     chat,
+    chatchat_kb,
     context,
     conversations,
     errors,
     files,
+    memories,
     models,
     tasks,
     usage,
 )
+from parley.api import knowledge as knowledge_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
 from parley.conversations.outgoing import OutgoingBuilder
+from parley.conversations.reach import Reaches
 from parley.conversations.service import ConversationService
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
+from parley.knowledge.service import KnowledgeService, build_embedder
+from parley.memory.service import MemoryService
+from parley.memory.store import MemoryStore
 from parley.pacer import pace_garbage_collection
 from parley.providers.pricing import PriceCatalog
 from parley.providers.registry import build_registry
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
+from parley.store.citations import CitationStore
 from parley.store.database import Database
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
@@ -90,6 +98,18 @@ def create_app(settings: Settings) -> FastAPI:
         meta = ConversationMeta(database)
         assistant_store = AssistantStore(database)
         summaries = SummaryStore(database)
+        embedder = build_embedder(settings.knowledge, client)
+        knowledge = (
+            KnowledgeService(
+                settings.knowledge, database, settings.data_dir / "knowledge", embedder
+            )
+            if settings.knowledge.enabled
+            else None
+        )
+        if knowledge is not None:
+            await knowledge.start()
+        memory = MemoryService(MemoryStore(database), embedder)
+        citations = CitationStore(database)
         outgoing = OutgoingBuilder(
             settings,
             registry,
@@ -97,6 +117,8 @@ def create_app(settings: Settings) -> FastAPI:
             summaries,
             conversation_store,
             tools,
+            knowledge=knowledge,
+            memory=memory,
         )
         service = ConversationService(
             settings,
@@ -108,6 +130,8 @@ def create_app(settings: Settings) -> FastAPI:
             meta=meta,
             assistants=assistant_store,
             outgoing=outgoing,
+            reaches=Reaches(knowledge, memory),
+            citations=citations,
         )
         app.state.parley = AppState(
             settings=settings,
@@ -128,6 +152,9 @@ def create_app(settings: Settings) -> FastAPI:
             meta=meta,
             summaries=summaries,
             outgoing=outgoing,
+            knowledge=knowledge,
+            memory=memory,
+            citations=citations,
         )
         if not await keys.active():
             log.warning(
@@ -143,6 +170,8 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             pacer.cancel()
             await service.shutdown(settings.agent.shutdown_grace_seconds)
+            if knowledge is not None:
+                await knowledge.close()
             await chain.shutdown()
             await audit.close()
             await registry.aclose()
@@ -172,6 +201,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(usage.router)
     app.include_router(assistants.router)
+    app.include_router(knowledge_api.router)
+    app.include_router(chatchat_kb.router)
+    app.include_router(memories.router)
 
     @app.get("/health", tags=["health"])
     async def health(request: Request) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The command line: ``parley serve | chat | keys | interceptors | bench | migrate``.
+"""The command line: ``parley serve | chat | keys | kb | interceptors | bench | migrate``.
 
 Every command takes its settings from ``--config`` (or ``PARLEY_CONFIG``) and the
 environment, like the server.
@@ -21,6 +21,7 @@ from rich.table import Table
 
 from parley import __version__
 from parley.errors import ConfigurationError
+from parley.kbcli import kb_app
 from parley.settings import Settings, load_settings
 from parley.store.repository import KeyStore
 
@@ -33,6 +34,7 @@ app = typer.Typer(
 )
 keys_app = typer.Typer(help="Manage API keys (stored as hashes).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+app.add_typer(kb_app, name="kb")
 console = Console()
 
 ConfigOption = Annotated[

@@ -26,6 +26,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from parley.knowledge.settings import KnowledgeSettings, MemorySettings
+
 ProviderKind = Literal["openai", "anthropic", "local", "scripted"]
 
 
@@ -429,6 +431,8 @@ class Settings(BaseSettings):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     interceptors: InterceptorSettings = Field(default_factory=InterceptorSettings)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     pricing: dict[str, ModelPrice] = Field(
         default_factory=dict,
         description="Prices by model name or name prefix; added to and overriding the "

@@ -23,6 +23,8 @@ FIGURES = [
     "7_memory",
     "9_agent_steps",
     "10_database_per_turn",
+    "11_hybrid_retrieval",
+    "12_ingestion",
 ]
 
 

@@ -23,7 +23,13 @@ def store(database: Database) -> AssistantStore:
 
 async def test_the_migrations_match_the_schema(database: Database) -> None:
     def differences(conn: Connection) -> list[object]:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        def include_name(name: str | None, type_: str, parents: object) -> bool:
+            # the FTS5 tables (and their shadow tables) are made by hand in 0005
+            return not (type_ == "table" and name is not None and "_fts" in name)
+
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "include_name": include_name}
+        )
         return list(compare_metadata(context, metadata))
 
     assert await database.read(differences) == []

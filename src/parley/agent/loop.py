@@ -76,7 +76,7 @@ from parley.providers.registry import ResolvedModel
 from parley.settings import Settings
 from parley.store.repository import ConversationStore
 from parley.tools.lru import ActiveTools
-from parley.tools.protocol import ToolContext
+from parley.tools.protocol import NO_REACH, Reach, ToolContext
 from parley.tools.registry import ToolRegistry
 from parley.tools.workspaces import conversation_workspace
 
@@ -135,6 +135,8 @@ class AgentRequest:
     policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
     """Approval policy per server tool (missing: auto)."""
     resume: Resume | None = None
+    reach: Reach = NO_REACH
+    """The knowledge and memory the turn's tools may reach."""
 
     @property
     def client_tools(self) -> frozenset[str]:
@@ -415,6 +417,12 @@ class AgentLoop:
             settings=self._settings,
             store=self._store,
             session=session,
+            assistant_id=request.reach.assistant_id,
+            knowledge_bases=request.reach.knowledge_bases,
+            knowledge=request.reach.knowledge,
+            memory=request.reach.memory,
+            memory_scope=request.reach.memory_scope,
+            citations=request.reach.citations,
         )
 
     def _is_pinned(self, name: str) -> bool:

@@ -139,5 +139,6 @@ async def delete_assistant(request: Request, assistant_id: str) -> Response:
         deleted = await state.assistants.delete(owner, assistant_id)
     except LookupError:
         raise _not_found(assistant_id) from None
+    await state.memory.store.delete_all(owner, deleted)  # its own memories go with it
     body = {"id": deleted, "object": "assistant.deleted", "deleted": True}
     return Response(orjson.dumps(body), media_type="application/json")

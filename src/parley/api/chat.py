@@ -199,6 +199,8 @@ def _summary(generation: Generation) -> dict[str, Any]:
     extra: dict[str, Any] = {"cost": generation.cost}
     if generation.notes:
         extra["notes"] = list(generation.notes)
+    if generation.citations:
+        extra["citations"] = [c.to_json() for c in generation.citations.items]
     waiting = turn.pending_calls()
     if waiting:
         extra["pending_approvals"] = [

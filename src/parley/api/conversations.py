@@ -8,6 +8,7 @@ Another owner's conversation answers 404, exactly like one that does not exist.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from starlette.responses import Response
 
 from parley.api.pages import page
 from parley.api.state import AppState
+from parley.conversations.citations import Citation
 from parley.errors import NotFound
 from parley.messages import TextPart, parts_to_json, reply_text
 from parley.store.branches import Versions
@@ -49,8 +51,14 @@ def conversation_json(conversation: StoredConversation) -> dict[str, Any]:
     }
 
 
-def message_json(message: StoredMessage, versions: Versions | None = None) -> dict[str, Any]:
+def message_json(
+    message: StoredMessage,
+    versions: Versions | None = None,
+    citations: Sequence[Citation] | None = None,
+) -> dict[str, Any]:
     extra: dict[str, Any] = {}
+    if citations:
+        extra["citations"] = [c.to_json() for c in citations]
     if versions is not None:
         extra["versions"] = {
             "count": len(versions.ids),
@@ -103,9 +111,12 @@ async def conversation_body(state: AppState, owner: str, conversation_id: str) -
         suggestions = await state.meta.suggestions(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None
+    cited = await state.citations.for_messages(
+        owner, [m.id for m, _ in branch if m.role == "assistant"]
+    )
     return {
         **conversation_json(conversation),
-        "messages": [message_json(m, versions) for m, versions in branch],
+        "messages": [message_json(m, versions, cited.get(m.id)) for m, versions in branch],
         "suggestions": suggestions,
     }
 

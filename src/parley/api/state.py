@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from parley.api.auth import Authenticator
 from parley.conversations.outgoing import OutgoingBuilder
@@ -17,6 +18,11 @@ from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
 from parley.store.summaries import SummaryStore
 from parley.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from parley.knowledge.service import KnowledgeService
+    from parley.memory.service import MemoryService
+    from parley.store.citations import CitationStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +41,7 @@ class AppState:
     meta: ConversationMeta
     summaries: SummaryStore
     outgoing: OutgoingBuilder
+    memory: MemoryService
+    citations: CitationStore
+    knowledge: KnowledgeService | None = None
+    """None when ``knowledge.enabled`` is false."""

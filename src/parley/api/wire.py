@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
 
 from parley.conversations.approvals import Decision
 from parley.conversations.turns import ChatTurn, ToolAnswer
@@ -151,6 +151,10 @@ class ChatCompletionRequest(_Wire):
     approvals: list[ApprovalDecision] | None = Field(default=None, max_length=256)
     """Decisions on the calls a paused reply of ``conversation_id`` waits on: it carries
     on (``messages`` are then not used and may be empty)."""
+    knowledge_bases: (
+        list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] | None
+    ) = Field(default=None, max_length=20)
+    """Knowledge bases (ids or names) to search for this turn, instead of the assistant's."""
 
 
 _PASSTHROUGH = sorted(SAMPLING_OPTIONS)
@@ -207,7 +211,24 @@ def to_turn(
         stream=body.stream,
         approvals=approvals,
         assistant=body.assistant or _str_or_none(extra.get("assistant")),
+        knowledge_bases=_names(
+            body.knowledge_bases
+            if body.knowledge_bases is not None
+            else extra.get("knowledge_bases"),
+            "knowledge_bases",
+        ),
     )
+
+
+def _names(value: Any, param: str) -> tuple[str, ...]:
+    """A list of names from the body or ``extra_body``, each once."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and 0 < len(v) <= 100 for v in value
+    ):
+        raise InvalidRequest(f"{param} must be a list of names", param=param)
+    return tuple(dict.fromkeys(value))
 
 
 def _decisions(raw: Any) -> tuple[Decision, ...]:

@@ -47,6 +47,10 @@ class Profile:
     db_turns: int = 10  # turns per history length
     db_tokens: int = 500  # deltas in the final answer
     db_paced_seconds: float = 1.5  # the final answer streamed over this long, once
+    kb_sizes: tuple[int, ...] = (10_000, 100_000)  # figure 11: chunks in the base
+    kb_queries: int = 200  # queries per size
+    kb_ingest_chunks: int = 10_000  # figure 12: chunks written per batch size
+    kb_ingest_batches: tuple[int, ...] = (8, 16, 64)  # chunks per transaction
 
 
 FULL = Profile(
@@ -90,6 +94,10 @@ SMOKE = Profile(
     db_turns=2,
     db_tokens=100,
     db_paced_seconds=0.3,
+    kb_sizes=(500, 2_000),
+    kb_queries=10,
+    kb_ingest_chunks=200,
+    kb_ingest_batches=(16,),
 )
 
 

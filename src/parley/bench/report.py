@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from parley.bench.knowledge import knowledge_markdown, knowledge_rows
+
 
 def _get(data: dict[str, Any], *path: str) -> Any:
     for key in path:
@@ -184,6 +186,7 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         )
     )
     out += _engine_rows(f)
+    out += knowledge_rows(f)
     local = f.get("13_local_model")
     if local:
         out.append(
@@ -447,6 +450,7 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     lines += [f"| {' | '.join(row)} |" for row in rows(report)]
     lines += engine_markdown(report)
+    lines += knowledge_markdown(report)
     versions = ", ".join(f"{k} {v}" for k, v in sorted(report["versions"].items()))
     lines += ["", f"Versions: {versions}."]
     for warning in report.get("warnings", []):

@@ -23,6 +23,7 @@ from parley.bench import figures
 from parley.bench.agent import agent_steps
 from parley.bench.database import database_per_turn
 from parley.bench.figures import FULL, SMOKE, Profile
+from parley.bench.knowledge import hybrid_retrieval, ingestion
 from parley.bench.report import markdown, plots
 from parley.bench.rig import Rig, Service
 
@@ -198,6 +199,12 @@ async def run(profile: Profile, out: Path, *, litellm: bool, litellm_venv: Path)
         steps=profile.agent_steps,
         tokens=profile.db_tokens,
         paced_seconds=profile.db_paced_seconds,
+    )
+    results["11_hybrid_retrieval"] = await hybrid_retrieval(
+        profile.kb_sizes, queries=profile.kb_queries
+    )
+    results["12_ingestion"] = await ingestion(
+        profile.kb_ingest_chunks, batches=profile.kb_ingest_batches
     )
     report["seconds"] = round(time.time() - started, 1)
     report["warnings"] = rig.warnings + _rig_limits(report)

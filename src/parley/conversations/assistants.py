@@ -21,7 +21,7 @@ such as known models and tools (``api/assistants.py``), applying the settings to
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -46,6 +46,7 @@ from parley.store.assistants import (
     RegexRule,
     ToolPolicy,
 )
+from parley.transforms.output import RegexRule as OutputRule
 
 __all__ = [
     "Assistant",
@@ -56,8 +57,10 @@ __all__ = [
     "Sampling",
     "ToolPolicy",
     "TransformerSettings",
+    "regex_rules",
     "resolve_tool_policy",
     "sampling_settings",
+    "tool_policies",
     "transformer_settings",
 ]
 
@@ -89,6 +92,35 @@ def resolve_tool_policy(
         for policies in (assistant.tool_policies if assistant else {}, configured)
     ]
     return max(found, key=lambda policy: _STRICTNESS[policy])
+
+
+REMEMBER = "memory_remember"
+
+
+def tool_policies(
+    server_tools: Sequence[str],
+    assistant: Assistant | None,
+    configured: Mapping[str, str],
+    *,
+    confirm_remember: bool,
+) -> dict[str, ToolPolicy]:
+    """Each server tool's approval policy (only those that are not auto). With
+    ``confirm_remember`` (``memory.confirm_remember``), ``memory_remember`` is at least
+    ``ask``: text injected into a page or a document must not plant memories silently."""
+    found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
+    if confirm_remember and found.get(REMEMBER) == "auto":
+        found[REMEMBER] = "ask"
+    return {name: policy for name, policy in found.items() if policy != "auto"}
+
+
+def regex_rules(assistant: Assistant | None) -> tuple[OutputRule, ...]:
+    """An assistant's regex rules, ready to run."""
+    if assistant is None:
+        return ()
+    return tuple(
+        OutputRule(r.pattern, r.replacement, frozenset(r.roles), r.display_only, name=f"rule {i}")
+        for i, r in enumerate(assistant.regex_rules)
+    )
 
 
 def _match(policies: Mapping[str, str], tool: str) -> ToolPolicy | None:

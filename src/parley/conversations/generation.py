@@ -31,12 +31,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.turn import TurnState
+from parley.conversations.citations import Citations
 from parley.conversations.finishing import Finisher
 from parley.conversations.outgoing import Outgoing
 from parley.errors import Conflict, NotFound, Overloaded, ParleyError, ProviderError
 from parley.events import FINISH_REASONS, Done, Event, Restart, Status, StepDone, StreamError
 from parley.messages import MessageStatus, Part, ToolCallPart, ToolResult
 from parley.providers.registry import ResolvedModel
+from parley.store.citations import CitationStore
 from parley.store.repository import ConversationStore, NewMessage
 from parley.transforms.output import RegexRule
 
@@ -86,6 +88,8 @@ class Generation:
         checkpoint_seconds: float,
         prior_cost_usd: float = 0.0,
         shape: Callable[[], Awaitable[Outgoing]] | None = None,
+        citations: Citations | None = None,
+        citation_store: CitationStore | None = None,
     ) -> None:
         self.conversation_id = request.conversation_id
         self.message_id = request.message_id
@@ -103,6 +107,9 @@ class Generation:
         self.notes: tuple[str, ...] = ()
         """What shaping the request could not do (no OCR for images, a failed summary):
         told to the client in ``parley.notes``."""
+        self.citations = citations if citations is not None else Citations()
+        """The knowledge this reply was given to cite (context first, then tools)."""
+        self._citation_store = citation_store
         self.titles = True
         """Whether a title may be written after it (the assistant's choice)."""
         self.suggestions = True
@@ -215,6 +222,7 @@ class Generation:
                 await self._emit(Status("preparing", "the request"))
                 outgoing = await self._shape()
                 self.notes = outgoing.notes
+                self.citations.from_context(outgoing.used_snippets)
                 self._request = replace(self._request, history=outgoing.messages)
             events = self._agent.run(self._request, turn)
             async with contextlib.aclosing(events):
@@ -426,12 +434,19 @@ class Generation:
                     else None,
                     error=error_row,
                 )
-                return
+                break
             except SQLAlchemyError:
                 if attempt == len(FINISH_RETRY_PAUSES) - 1:
                     raise
                 log.warning("saving %s failed; retrying in %.1f s", self.message_id, pause)
                 await asyncio.sleep(pause)
+        if self.citations and self._citation_store is not None and self.conversation_id:
+            try:
+                await self._citation_store.save(
+                    self._record.owner, self.conversation_id, self.message_id, self.citations.items
+                )
+            except SQLAlchemyError:
+                log.exception("saving the citations of %s failed", self.message_id)
 
 
 async def _unless_failed(final: asyncio.Future[None]) -> None:

@@ -15,8 +15,8 @@ and returns the messages to send, in three steps (behaviours.md section 4):
    window are sent, never the full history, and a note says so.
 2. **System prompt** (``transforms/prompt.py`` order): the assistant's prompt and the
    conversation's own leading system message (the assistant's first), a capability note
-   for a model without tools when tools are in play, the rolling summary. Memories and
-   tool prompts have slots there but nothing fills them yet.
+   for a model without tools when tools are in play, the rolling summary, and the
+   newest memories when the assistant keeps memories without retrieving them.
 3. **Input transformers** (``transforms/input.py``), configured from the assistant's
    transformer settings (``pipelines.py``).
 
@@ -49,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from parley.agent.completion import Completer
 from parley.conversations.assistants import Assistant
@@ -69,6 +70,7 @@ from parley.conversations.context import (
 )
 from parley.conversations.ocr import ModelOcr, current_turn
 from parley.conversations.pipelines import Pipelines, default_pipeline_acts
+from parley.conversations.reach import MemoryRetrieval
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
 from parley.messages import Message, TextPart
@@ -76,10 +78,14 @@ from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
 from parley.store.repository import ConversationStore, StoredMessage
 from parley.store.summaries import StoredSummary, SummaryStore
+from parley.tools.protocol import NO_REACH, Reach
 from parley.tools.registry import ToolRegistry
 from parley.transforms.input import (
     CAPABILITY_TOOLS,
     CAPABILITY_VISION,
+    KnowledgeConfig,
+    KnowledgeRetriever,
+    MemoryConfig,
     TransformContext,
     UsedSnippet,
 )
@@ -88,6 +94,9 @@ from parley.transforms.prompt import (
     assemble_system_prompt,
     with_system_prompt,
 )
+
+if TYPE_CHECKING:
+    from parley.memory.service import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +141,12 @@ class OutgoingBuilder:
         summaries: SummaryStore,
         store: ConversationStore,
         tools: ToolRegistry,
+        *,
+        knowledge: KnowledgeRetriever | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         self._settings = settings
+        self._memory = memory
         self._registry = registry
         self._completer = completer
         self._summaries = summaries
@@ -141,7 +154,17 @@ class OutgoingBuilder:
         self._tools = tools
         ocr_model = settings.chat.ocr_model
         self._pipelines = Pipelines(
-            None if ocr_model is None else ModelOcr(completer, registry, ocr_model)
+            None if ocr_model is None else ModelOcr(completer, registry, ocr_model),
+            knowledge=knowledge,
+            memory=None if memory is None else MemoryRetrieval(memory, settings.memory.top_k),
+            knowledge_config=KnowledgeConfig(
+                top_k=settings.knowledge.top_k,
+                max_chars=settings.knowledge.max_context_chars,
+                placement=settings.knowledge.placement,
+            ),
+            memory_config=MemoryConfig(
+                top_k=settings.memory.top_k, max_chars=settings.memory.max_context_chars
+            ),
         )
         self._estimates: OrderedDict[tuple[str, float], int] = OrderedDict()
 
@@ -160,16 +183,20 @@ class OutgoingBuilder:
         now: datetime | None = None,
         max_output: int | None = None,
         tools: Sequence[str] | None = None,
+        reach: Reach = NO_REACH,
+        notes: Sequence[str] = (),
     ) -> Outgoing:
         """The messages to send for a turn: ``stored`` (the branch, oldest first) then
         ``new`` (not saved yet), shaped. ``max_output``: the turn's output cap (default:
         the model's, else ``chat.default_max_tokens``). ``tools``: the names of the tools
-        the turn offers (default: the assistant's and the configured default tools)."""
+        the turn offers (default: the assistant's and the configured default tools).
+        ``reach``: the knowledge and memory the turn retrieves from; ``notes``: notes
+        made before (they lead the result's)."""
         moment = _aware(now or datetime.now(UTC))
         entries: list[Entry] = [(m.id, Message(m.role, m.parts)) for m in stored]
         entries += [(f"{UNSAVED}{i}", m) for i, m in enumerate(new)]
         times = {m.id: _time(m.created_at) for m in stored}
-        notes: list[str] = []
+        notes = list(notes)
         summary: SummaryRecord | None = None
         chosen = entries
         # (a new conversation has no summary to read, nothing to summarise)
@@ -189,8 +216,17 @@ class OutgoingBuilder:
         kept = [(i, m) for i, m in chosen if m.parts]
         messages = [m for _, m in kept]
         message_times: list[datetime | None] = [times.get(i, moment) for i, _ in kept]
+        memories: list[str] = []
+        if reach.memory_scope is not None and not reach.memory_retrieval and self._memory:
+            try:
+                memories = await self._memory.for_prompt(
+                    owner, reach.memory_scope, limit=self._settings.memory.prompt_limit
+                )
+            except Exception as exc:  # memory is best effort, like retrieval
+                log.warning("reading memories for the prompt failed: %s", exc)
+                notes.append(f"memories could not be read: {exc}")
         messages, message_times = self._with_prompt(
-            messages, message_times, model, assistant, summary, tools
+            messages, message_times, model, assistant, summary, tools, memories
         )
         context = TransformContext(
             now=moment,
@@ -201,8 +237,14 @@ class OutgoingBuilder:
             workspace=None,
             capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ())
             | frozenset({CAPABILITY_VISION} if model.vision else ()),
+            owner=owner,
+            knowledge_bases=reach.knowledge_bases,
+            memory_scope=reach.memory_scope,
+            wants_knowledge=bool(reach.knowledge_bases),
+            wants_memory=reach.memory_retrieval and reach.memory_scope is not None,
         )
-        if assistant is None and not default_pipeline_acts(messages):
+        retrieves = context.wants_knowledge or context.wants_memory
+        if assistant is None and not retrieves and not default_pipeline_acts(messages):
             # the common case, on every turn's path: nothing for placeholders, documents
             # or OCR to do
             return Outgoing(messages=tuple(messages), notes=tuple(notes), summary=summary)
@@ -463,9 +505,11 @@ class OutgoingBuilder:
         assistant: Assistant | None,
         summary: SummaryRecord | None,
         tools: Sequence[str] | None,
+        memories: Sequence[str] = (),
     ) -> tuple[list[Message], list[datetime | None]]:
         """The system prompt put in front: the assistant's prompt, then the conversation's
-        own leading system message, the capability note and the rolling summary."""
+        own leading system message, the capability note, the rolling summary and the
+        memories (when they are not retrieved per request)."""
         lead = messages[0] if messages and messages[0].role == "system" else None
         own = lead.text.strip() if lead is not None else ""
         mine = assistant.system_prompt.strip() if assistant is not None else ""
@@ -476,6 +520,7 @@ class OutgoingBuilder:
             assistant_prompt="\n\n".join(p for p in (mine, own) if p) or None,
             capability_note=note,
             rolling_summary=summary.text if summary is not None else None,
+            memories=memories,
         )
         if prompt is None:
             return messages, times

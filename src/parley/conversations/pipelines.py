@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from dataclasses import replace
 
 from parley.conversations.assistants import Assistant, TransformerSettings, transformer_settings
 from parley.messages import FilePart, ImagePart, Message, TextPart
@@ -19,8 +20,10 @@ from parley.transforms.input import (
     InjectionPosition,
     InputPipeline,
     KnowledgeConfig,
+    KnowledgeRetriever,
     LorebookEntry,
     MemoryConfig,
+    MemoryRetriever,
     OcrConfig,
     OcrEngine,
     PipelineConfig,
@@ -39,9 +42,24 @@ PIPELINE_CACHE = 64
 
 
 class Pipelines:
-    def __init__(self, ocr: OcrEngine | None) -> None:
+    """``knowledge`` and ``memory`` are retrievers bound to their services: they read
+    the owner, the bases and the memory scope from each request's context."""
+
+    def __init__(
+        self,
+        ocr: OcrEngine | None,
+        *,
+        knowledge: KnowledgeRetriever | None = None,
+        memory: MemoryRetriever | None = None,
+        knowledge_config: KnowledgeConfig | None = None,
+        memory_config: MemoryConfig | None = None,
+    ) -> None:
         self._ocr = ocr
-        self._default = build_pipeline(pipeline_config(TransformerSettings()), ocr=ocr)
+        self._knowledge = knowledge
+        self._memory = memory
+        self._knowledge_config = knowledge_config or KnowledgeConfig()
+        self._memory_config = memory_config or MemoryConfig()
+        self._default = self._build(pipeline_config(TransformerSettings()))
         self._kept: OrderedDict[tuple[str, float], InputPipeline] = OrderedDict()
 
     def for_assistant(self, assistant: Assistant | None) -> InputPipeline:
@@ -58,11 +76,15 @@ class Pipelines:
         except ValueError:  # a stored setting that no longer validates
             log.exception("assistant %s: invalid transformer settings; defaults used", assistant.id)
             config = pipeline_config(TransformerSettings())
-        pipeline = build_pipeline(config, ocr=self._ocr)
+        pipeline = self._build(config)
         self._kept[key] = pipeline
         while len(self._kept) > PIPELINE_CACHE:
             self._kept.popitem(last=False)
         return pipeline
+
+    def _build(self, config: PipelineConfig) -> InputPipeline:
+        config = replace(config, knowledge=self._knowledge_config, memory=self._memory_config)
+        return build_pipeline(config, ocr=self._ocr, knowledge=self._knowledge, memory=self._memory)
 
 
 def default_pipeline_acts(messages: list[Message]) -> bool:
@@ -88,7 +110,8 @@ _POSITIONS: dict[str, InjectionPosition] = {
 def pipeline_config(settings: TransformerSettings) -> PipelineConfig:
     """An assistant's transformer settings as the pipeline's configuration. The defaults
     (no assistant): placeholders, documents and OCR on (OCR acts only for a model that
-    cannot read images), the rest off. Retrieval stays off until its services exist."""
+    cannot read images), the rest off. Retrieval is set by ``Pipelines`` (on when its
+    service exists; each request says whether it wants it)."""
     modes = tuple(
         InjectionConfig(
             name=item.name or f"injection {index + 1}",

@@ -21,15 +21,23 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from parley.agent.completion import Completer
 from parley.agent.loop import AgentLoop, AgentRequest, Resume
 from parley.agent.model_call import ModelCall
-from parley.conversations.assistants import Assistant, resolve_tool_policy, sampling_settings
+from parley.conversations.assistants import (
+    Assistant,
+    regex_rules,
+    sampling_settings,
+    tool_policies,
+)
+from parley.conversations.citations import Citations
 from parley.conversations.finishing import Finisher
 from parley.conversations.generation import Generation, Sink, TurnRecord
 from parley.conversations.history import History
 from parley.conversations.outgoing import Outgoing, OutgoingBuilder
+from parley.conversations.reach import Reaches
 from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
 from parley.conversations.turns import ChatTurn
@@ -45,18 +53,19 @@ from parley.messages import (
     Part,
     TextPart,
     ToolCallPart,
-    ToolPolicy,
 )
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
+from parley.store.citations import CitationStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
+from parley.tools.protocol import Reach
 from parley.tools.registry import ToolRegistry, offer_order
 from parley.transforms.images import ImageSaver
-from parley.transforms.output import RegexRule, rewrite_parts
+from parley.transforms.output import rewrite_parts
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +89,12 @@ class ConversationService:
         meta: ConversationMeta | None = None,
         assistants: AssistantStore | None = None,
         outgoing: OutgoingBuilder | None = None,
+        reaches: Reaches | None = None,
+        citations: CitationStore | None = None,
     ) -> None:
         self._settings = settings
+        self._reaches = reaches or Reaches(None, None)
+        self._citations = citations
         self._history = History(store, settings.tools.approval_ttl_seconds)
         self._assistants = assistants
         self._assistant_of: OrderedDict[tuple[str, str], str | None] = OrderedDict()
@@ -175,14 +188,15 @@ class ConversationService:
             )
         # the request's own errors first: a bad request must not stop the reply in progress
         assistant = await self._check(turn)
+        reach, notes = await self._reaches.resolve(turn.owner, turn.knowledge_bases, assistant)
         if turn.conversation_id is None or not turn.store:
-            generation = await self._prepare(turn, assistant)
+            generation = await self._prepare(turn, assistant, reach, notes)
             if generation.conversation_id is not None and generation.stored:
                 self._sessions.attach(turn.owner, generation.conversation_id, generation)
             return generation
         supersede = not turn.approvals  # decisions are for a paused reply, not a running one
         async with self._sessions.turn(turn.owner, turn.conversation_id, supersede=supersede):
-            generation = await self._prepare(turn, assistant)
+            generation = await self._prepare(turn, assistant, reach, notes)
             self._sessions.attach(turn.owner, turn.conversation_id, generation)
             return generation
 
@@ -219,9 +233,13 @@ class ConversationService:
             _check_input(last, len(turn.messages) - 1)
         return assistant
 
-    async def _prepare(self, turn: ChatTurn, assistant: Assistant | None) -> Generation:
+    async def _prepare(
+        self, turn: ChatTurn, assistant: Assistant | None, reach: Reach, notes: list[str]
+    ) -> Generation:
         model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
-        server_tools = self._server_tools(turn, assistant)
+        citations = Citations()
+        reach = replace(reach, citations=citations)
+        server_tools = self._server_tools(turn, assistant, reach.tools)
         create = turn.conversation_id is None
         parent_id: str | None = None
         prior_cost = 0.0
@@ -365,6 +383,8 @@ class ConversationService:
                     turn=info,
                     max_output=template.max_tokens,
                     tools=server_tools,
+                    reach=reach,
+                    notes=notes,
                 )
 
         request = AgentRequest(
@@ -377,8 +397,14 @@ class ConversationService:
             server_tools=server_tools,
             caller=turn.caller,
             source=turn.source,
-            policies=self._policies(server_tools, assistant),
+            policies=tool_policies(
+                server_tools,
+                assistant,
+                self._settings.tools.approval,
+                confirm_remember=self._settings.memory.confirm_remember,
+            ),
             resume=resume,
+            reach=reach,
         )
         generation = Generation(
             store=self._store,
@@ -388,6 +414,8 @@ class ConversationService:
             checkpoint_seconds=chat.checkpoint_seconds,
             prior_cost_usd=prior_cost,
             shape=shape,
+            citations=citations,
+            citation_store=self._citations,
         )
         rules = regex_rules(assistant)
         if record is not None:
@@ -448,9 +476,12 @@ class ConversationService:
             self._assistant_of.popitem(last=False)
         return name
 
-    def _server_tools(self, turn: ChatTurn, assistant: Assistant | None = None) -> tuple[str, ...]:
-        """The request's server tools, the assistant's and the configured defaults (each
-        once), in the order they are offered (``offer_order``)."""
+    def _server_tools(
+        self, turn: ChatTurn, assistant: Assistant | None = None, reached: tuple[str, ...] = ()
+    ) -> tuple[str, ...]:
+        """The request's server tools, the assistant's, the configured defaults and the
+        knowledge and memory tools its reach brings (each once), in the order they are
+        offered (``offer_order``)."""
         client = {spec.name for spec in turn.tools}
         clash = client & set(turn.server_tools)
         if clash:
@@ -460,7 +491,8 @@ class ConversationService:
         # a configured default gives way to a client tool of the same name
         defaults = [n for n in self._settings.tools.default_tools if n not in client]
         own = [n for n in (assistant.tools if assistant else ()) if n not in client]
-        names = dict.fromkeys((*turn.server_tools, *own, *defaults))
+        brought = [n for n in reached if n not in client]
+        names = dict.fromkeys((*turn.server_tools, *own, *defaults, *brought))
         return tuple(offer_order(name for name in names if name in self._tools))
 
     def fast_models(self, model: ResolvedModel) -> list[ResolvedModel]:
@@ -519,14 +551,6 @@ class ConversationService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _policies(
-        self, server_tools: tuple[str, ...], assistant: Assistant | None
-    ) -> dict[str, ToolPolicy]:
-        """Each server tool's approval policy (only those that are not auto)."""
-        configured = self._settings.tools.approval
-        found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
-        return {name: policy for name, policy in found.items() if policy != "auto"}
-
     def start(self, generation: Generation, sink: Sink) -> None:
         """Run a prepared generation, feeding ``sink``; it is tracked until it ends."""
         generation.start(sink, cancel_when_gone=self._settings.server.on_disconnect == "cancel")
@@ -536,16 +560,6 @@ class ConversationService:
         if self._shutdown_task is not None and self._shutdown_task.done():
             # prepared before the shutdown began, started after its grace ran out
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
-
-
-def regex_rules(assistant: Assistant | None) -> tuple[RegexRule, ...]:
-    """An assistant's regex rules, ready to run."""
-    if assistant is None:
-        return ()
-    return tuple(
-        RegexRule(r.pattern, r.replacement, frozenset(r.roles), r.display_only, name=f"rule {i}")
-        for i, r in enumerate(assistant.regex_rules)
-    )
 
 
 def _check_input(message: Message, index: int) -> None:

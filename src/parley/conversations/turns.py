@@ -79,3 +79,5 @@ class ChatTurn:
     request's messages are not used)."""
     assistant: str | None = None
     """An assistant preset by id or name (None: the conversation's, if it has one)."""
+    knowledge_bases: tuple[str, ...] = ()
+    """Knowledge bases to search for this turn, by id or name (empty: the assistant's)."""

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -175,4 +176,132 @@ summaries = Table(
     Column("created_at", Float, nullable=False),
     Column("reverted_at", Float, nullable=True),
     Index("ix_summaries_conversation_created", "conversation_id", "created_at"),
+)
+
+# knowledge bases (knowledge/store.py): documents are stored under server-made ids in
+# data_dir/knowledge/<kb id>/<document id>; the file name is only metadata
+knowledge_bases = Table(
+    "knowledge_bases",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("description", Text, nullable=False),
+    # the embedding model of every vector in this knowledge base ("" until the first
+    # vector is written; vectors of another model are never compared with these)
+    Column("embedding_model", String(200), nullable=False),
+    Column("dimensions", Integer, nullable=True),
+    Column("chunk_size", Integer, nullable=False),
+    Column("chunk_overlap", Integer, nullable=False),
+    # bumped whenever the searchable set changes: other instances reload their vectors
+    Column("version", Integer, nullable=False),
+    # being deleted (its chunks are purged in the background): hidden from everything
+    Column("deleting", Boolean, nullable=False, server_default=false()),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("owner", "name", name="uq_knowledge_bases_owner_name"),
+)
+
+# a document is its own ingestion job: queued -> indexing -> ready | failed | cancelled;
+# only the chunks of a ready document are searched
+kb_documents = Table(
+    "kb_documents",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column(
+        "kb_id", String(40), ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("owner", String(200), nullable=False),
+    Column("filename", String(500), nullable=False),
+    Column("content_type", String(200), nullable=True),
+    Column("size", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("error", Text, nullable=True),
+    Column("chunks_total", Integer, nullable=True),
+    Column("chunks_done", Integer, nullable=False),
+    Column("pages", Integer, nullable=True),
+    Column("title", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_kb_documents_kb_created", "kb_id", "created_at"),
+    Index("ix_kb_documents_status", "status"),
+)
+
+# chunks: text, its search terms (lexical.index_terms: words and CJK pairs, the FTS5 /
+# tsvector input) and its vector (float32 bytes, unit length; null: not embedded)
+kb_chunks = Table(
+    "kb_chunks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "document_id",
+        String(40),
+        ForeignKey("kb_documents.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("kb_id", String(40), nullable=False),
+    Column("owner", String(200), nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("terms", Text, nullable=False),
+    Column("page", Integer, nullable=True),
+    Column("section", Text, nullable=True),
+    Column("text_hash", String(64), nullable=False),
+    Column("embedding", LargeBinary, nullable=True),
+    Index("ix_kb_chunks_kb", "kb_id"),
+    Index("ix_kb_chunks_document", "document_id", "ordinal"),
+    # ids are never reused: a citation's chunk id never comes to name another chunk
+    sqlite_autoincrement=True,
+)
+
+# vectors by (model, SHA-256 of the text): re-ingesting or re-embedding costs nothing
+embedding_cache = Table(
+    "embedding_cache",
+    metadata,
+    Column("model", String(200), primary_key=True),
+    Column("text_hash", String(64), primary_key=True),
+    Column("vector", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+# long-term memories (memory/store.py): per assistant (assistant_id) or global (null)
+memories = Table(
+    "memories",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("assistant_id", String(40), nullable=True),
+    Column("text", Text, nullable=False),
+    Column("terms", Text, nullable=False),
+    Column("source", String(16), nullable=False),  # api | tool
+    Column("conversation_id", String(64), nullable=True),
+    Column("embedding_model", String(200), nullable=True),
+    Column("embedding", LargeBinary, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_memories_owner_assistant", "owner", "assistant_id"),
+)
+
+# what a reply was given to cite: the knowledge snippets sent with the request or
+# returned by a knowledge tool, kept with the message (chunk ids may outlive their chunk)
+citations = Table(
+    "citations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("message_id", String(40), ForeignKey("messages.id", ondelete="CASCADE"), nullable=False),
+    Column("conversation_id", String(64), nullable=False),
+    Column("owner", String(200), nullable=False),
+    Column("source", String(16), nullable=False),  # context | tool
+    Column("rank", Integer, nullable=False),
+    Column("chunk_id", Integer, nullable=True),
+    Column("document_id", String(40), nullable=True),
+    Column("kb_id", String(40), nullable=True),
+    Column("title", Text, nullable=True),
+    Column("score", Float, nullable=True),
+    Column("excerpt", Text, nullable=False),
+    Column("page", Integer, nullable=True),
+    Column("section", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Index("ix_citations_message", "message_id", "rank"),
 )

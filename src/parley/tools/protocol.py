@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from parley.messages import ToolSpec
 
 if TYPE_CHECKING:
+    from parley.knowledge.service import KnowledgeService
+    from parley.memory.service import MemoryService
     from parley.settings import Settings
     from parley.store.repository import ConversationStore
 
@@ -46,6 +48,36 @@ class Session(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Reach:
+    """The knowledge and memory a turn may reach (its tools and its retrieval)."""
+
+    assistant_id: str | None = None
+    knowledge_bases: tuple[str, ...] = ()
+    """Knowledge base ids, already checked to be the owner's."""
+    knowledge: KnowledgeService | None = None
+    memory: MemoryService | None = None
+    memory_scope: str | None = None
+    """An assistant id (its own memories), "global", or None (memory is off)."""
+    memory_retrieval: bool = False
+    """Memories are retrieved per request (else the newest are put in the prompt)."""
+    citations: CitationSink | None = None
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The tools this reach brings: knowledge tools with knowledge bases, memory
+        tools with memory."""
+        names: tuple[str, ...] = ()
+        if self.knowledge_bases and self.knowledge is not None:
+            names += ("kb_search", "kb_list")
+        if self.memory_scope is not None and self.memory is not None:
+            names += ("memory_remember", "memory_recall", "memory_forget")
+        return names
+
+
+NO_REACH = Reach()
+
+
+@dataclass(frozen=True, slots=True)
 class ToolContext:
     owner: str
     """The caller (API key owner); tools only ever see this owner's data."""
@@ -56,6 +88,23 @@ class ToolContext:
     settings: Settings
     store: ConversationStore | None = None
     session: Session | None = None
+    assistant_id: str | None = None
+    """The assistant the conversation runs (None: none); memory tools use its scope."""
+    knowledge_bases: tuple[str, ...] = ()
+    """The knowledge base ids this request may search (already checked for the owner)."""
+    knowledge: KnowledgeService | None = None
+    memory: MemoryService | None = None
+    memory_scope: str | None = None
+    """Whose memories the memory tools read and write: an assistant id, "global", or
+    None (memory is off for this request)."""
+    citations: CitationSink | None = None
+    """Where a knowledge tool records the chunks it returned (they become citations)."""
+
+
+class CitationSink(Protocol):
+    def add(self, snippets: Sequence[Any]) -> list[int]:
+        """Record knowledge snippets a tool returned; returns their citation numbers."""
+        ...
 
 
 class Tool(Protocol):

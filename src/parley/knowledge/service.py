@@ -1,0 +1,318 @@
+"""``KnowledgeService``: knowledge bases as the routes, the tools and the chat see them.
+
+It owns the parts (store, files, embedder, embedding cache, in-memory vectors, the
+ingestion queue) and offers: managing bases and documents (every call scoped by owner),
+uploads (written under server-made names, size-limited, queued for indexing), search
+(hybrid: lexical + vectors fused by reciprocal rank; lexical alone when there are no
+usable vectors) and a retriever for the knowledge transformer.
+
+A search embeds the query once with the server's embedder and compares it only with
+bases whose vectors come from that same model; other bases are searched by words.
+
+What does not belong here: HTTP (``api/knowledge.py``, ``api/chatchat_kb.py``), the
+SQL (``store/knowledge.py``, ``index.py``), the ingestion steps (``ingest.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from parley.errors import ConfigurationError, InvalidRequest
+from parley.ids import new_id
+from parley.knowledge.cache import EmbeddingCache
+from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
+from parley.knowledge.ingest import Ingestor, document_path
+from parley.knowledge.settings import KnowledgeSettings
+from parley.knowledge.types import Embedder, EmbeddingError, KbRef
+from parley.knowledge.vectors import VectorIndexes
+from parley.store.database import Database
+from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore
+from parley.transforms.context import Snippet, TransformContext
+
+if TYPE_CHECKING:
+    from parley.knowledge.types import Vectors
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 4_000
+"""A longer query is cut (its start is what it is about)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """A ranked chunk: ``rank`` from 1, ``score`` the fused score (higher is better)."""
+
+    rank: int
+    score: float
+    chunk: ChunkView
+    kb_name: str
+
+    def snippet(self) -> Snippet:
+        return Snippet(
+            id=str(self.chunk.id),
+            title=self.chunk.filename
+            if not self.chunk.title or self.chunk.title == self.chunk.filename
+            else f"{self.chunk.filename} — {self.chunk.title}",
+            text=self.chunk.text,
+            score=self.score,
+            page=self.chunk.page,
+            section=self.chunk.section,
+            document_id=self.chunk.document_id,
+            kb_id=self.chunk.kb_id,
+        )
+
+
+class UploadTooLarge(InvalidRequest):
+    status = 413
+    code = "file_too_large"
+
+
+class KnowledgeService:
+    def __init__(
+        self,
+        settings: KnowledgeSettings,
+        database: Database,
+        files: Path,
+        embedder: Embedder | None,
+    ) -> None:
+        self.settings = settings
+        self.store = KnowledgeStore(database)
+        self.embedder = embedder
+        self._db = database
+        self._files = files
+        self.cache = EmbeddingCache(database)
+        self.vectors = VectorIndexes(database, max_bytes=settings.vector_cache_mb * 1024 * 1024)
+        self.ingestor = Ingestor(
+            self.store,
+            database,
+            files,
+            embedder=embedder,
+            cache=self.cache,
+            vectors=self.vectors,
+            workers=settings.workers,
+        )
+
+    async def start(self) -> None:
+        await self.ingestor.start()
+
+    async def close(self) -> None:
+        await self.ingestor.close()
+
+    # --- bases -------------------------------------------------------------------------
+
+    async def create(
+        self,
+        owner: str,
+        name: str,
+        *,
+        description: str = "",
+        chunk_size: int | None = None,
+        chunk_overlap: int | None = None,
+    ) -> KnowledgeBase:
+        size = chunk_size or self.settings.chunk_size
+        overlap = self.settings.chunk_overlap if chunk_overlap is None else chunk_overlap
+        if overlap * 2 >= size:
+            raise InvalidRequest(
+                "chunk_overlap must be less than half of chunk_size",
+                param="chunk_overlap",
+                code="invalid_chunk_overlap",
+            )
+        return await self.store.create(
+            owner, name, description=description, chunk_size=size, chunk_overlap=overlap
+        )
+
+    async def delete(self, owner: str, reference: str) -> str:
+        """Delete a base with its documents, chunks, vectors and files; its id. It is
+        gone from every query at once (its name free again); its rows and files are
+        removed in the background. ``LookupError``: not the owner's."""
+        kb_id, documents = await self.store.mark_base_deleting(owner, reference)
+        self.vectors.forget_base(kb_id)
+        self.ingestor.purge_base(kb_id, documents)
+        return kb_id
+
+    # --- documents ---------------------------------------------------------------------
+
+    async def upload(
+        self,
+        owner: str,
+        base: KnowledgeBase,
+        filename: str,
+        content_type: str | None,
+        data: AsyncIterator[bytes],
+    ) -> Document:
+        """Store an upload under a new id and queue it. ``UploadTooLarge`` past
+        ``knowledge.max_upload_bytes`` (nothing is kept); ``Overloaded`` when the queue
+        is full."""
+        name = _clean_filename(filename)
+        document_id = new_id("doc")
+        path = document_path(self._files, base.id, document_id)
+        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with await asyncio.to_thread(path.open, "wb") as out:
+                async for piece in data:
+                    size += len(piece)
+                    if size > self.settings.max_upload_bytes:
+                        raise UploadTooLarge(
+                            f"{name} is larger than {self.settings.max_upload_bytes} bytes",
+                            param="files",
+                        )
+                    digest.update(piece)
+                    await asyncio.to_thread(out.write, piece)
+            document = await self.store.add_document(
+                owner,
+                base.id,
+                document_id=document_id,
+                filename=name,
+                content_type=content_type,
+                size=size,
+                sha256=digest.hexdigest(),
+                max_pending=self.settings.max_queued_documents,
+            )
+        except BaseException:
+            await asyncio.to_thread(path.unlink, True)
+            raise
+        self.ingestor.enqueue(document.id)
+        return document
+
+    async def delete_document(self, owner: str, kb_id: str, document_id: str) -> None:
+        """``LookupError``: not the owner's."""
+        await self.store.mark_document_deleting(owner, kb_id, document_id)
+        await self.ingestor.remove(kb_id, document_id)
+
+    async def reindex(self, owner: str, kb_id: str, document_id: str) -> Document:
+        document = await self.store.requeue(
+            owner, kb_id, document_id, max_pending=self.settings.max_queued_documents
+        )
+        self.vectors.forget_document(kb_id, document_id)
+        self.ingestor.enqueue(document_id)
+        return document
+
+    async def reindex_base(self, owner: str, base: KnowledgeBase) -> int:
+        """Index every document of the base again, with the server's current embedding
+        model (Langchain-Chatchat's ``recreate_vector_store``); how many were queued."""
+        await self.store.reset_embedding_model(owner, base.id)
+        self.vectors.forget_base(base.id)
+        queued = 0
+        after: str | None = None
+        while True:
+            documents = await self.store.documents(owner, base.id, limit=200, after=after)
+            if not documents:
+                return queued
+            for document in documents:
+                if document.status not in ("queued", "indexing"):
+                    await self.reindex(owner, base.id, document.id)
+                    queued += 1
+            after = documents[-1].id
+
+    def file(self, document: Document) -> Path:
+        return document_path(self._files, document.kb_id, document.id)
+
+    # --- search ------------------------------------------------------------------------
+
+    async def search(
+        self, owner: str, bases: Sequence[KnowledgeBase], query: str, *, top_k: int
+    ) -> list[SearchResult]:
+        """The best ``top_k`` chunks of ``bases`` (already the owner's) for ``query``."""
+        query = query.strip()[:MAX_QUERY_CHARS]
+        if not bases or not query:
+            return []
+        vector = await self._query_vector(query, bases)
+        hits = await hybrid_search(
+            self._db,
+            self.vectors,
+            owner=owner,
+            kbs=[KbRef(b.id, b.embedding_model, b.version) for b in bases],
+            query=query,
+            query_vector=vector,
+            model=self.embedder.model if self.embedder is not None else None,
+            top_k=top_k,
+            min_similarity=self.settings.min_similarity,
+            min_relative_score=self.settings.min_relative_score,
+        )
+        if not hits:
+            return []
+        chunks = await self._db.read(
+            lambda conn: fetch_chunks(conn, owner, [h.chunk_id for h in hits])
+        )
+        names = {b.id: b.name for b in bases}
+        results: list[SearchResult] = []
+        for hit in hits:
+            found = chunks.get(hit.chunk_id)
+            if found is not None:
+                results.append(
+                    SearchResult(len(results) + 1, hit.score, found, names.get(found.kb_id, ""))
+                )
+        return results
+
+    async def _query_vector(self, query: str, bases: Sequence[KnowledgeBase]) -> Vectors | None:
+        embedder = self.embedder
+        if embedder is None or not any(b.embedding_model == embedder.model for b in bases):
+            return None
+        try:
+            vectors = await self.cache.embed(embedder, [query])
+        except (EmbeddingError, httpx.HTTPError) as exc:
+            log.warning("query embedding failed; searching by words only: %s", exc)
+            return None
+        vector: Vectors = vectors[0]
+        return vector
+
+    async def retrieve(self, query: str, context: TransformContext) -> list[Snippet]:
+        """The knowledge transformer's retriever: the best ``knowledge.top_k`` chunks of
+        the request's bases (``context.knowledge_bases``, ids already checked to be
+        ``context.owner``'s). A base deleted since is skipped."""
+        if not context.knowledge_bases:
+            return []
+        bases = await self.store.resolve_existing(context.owner, context.knowledge_bases)
+        results = await self.search(context.owner, bases, query, top_k=self.settings.top_k)
+        return [result.snippet() for result in results]
+
+
+def _clean_filename(filename: str) -> str:
+    """The name as metadata only: its last path component, control characters out."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if ch.isprintable()).strip()
+    return name[:255] or "document"
+
+
+def build_embedder(settings: KnowledgeSettings, client: httpx.AsyncClient) -> Embedder | None:
+    """The embedder ``knowledge.embedder`` names. ``auto``: the local model when the
+    ``embed`` extra is installed, else none (lexical search only). ``local`` without the
+    extra is a ``ConfigurationError``."""
+    from parley.knowledge.embeddings import LocalEmbedder, OpenAIEmbedder
+
+    match settings.embedder:
+        case "none":
+            return None
+        case "openai":
+            endpoint = settings.embedding
+            key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+            return OpenAIEmbedder(
+                client,
+                endpoint.base_url,
+                key,
+                endpoint.model,
+                dimensions=endpoint.dimensions,
+                batch_size=endpoint.batch_size,
+                timeout=endpoint.timeout_seconds,
+            )
+        case "local":
+            try:
+                return LocalEmbedder()
+            except EmbeddingError as exc:
+                raise ConfigurationError(f"knowledge.embedder is local, but {exc}") from None
+        case "auto":
+            try:
+                return LocalEmbedder()
+            except EmbeddingError as exc:
+                log.info("no local embedding model (%s): knowledge search is lexical", exc)
+                return None

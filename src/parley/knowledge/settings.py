@@ -1,0 +1,106 @@
+"""The ``knowledge`` and ``memory`` sections of the settings (``settings.py`` holds the
+rest and includes these). ``examples/parley.yaml`` documents every key.
+
+What does not belong here: the YAML file and the ``PARLEY_*`` variables (``settings.py``);
+the one variable read here is the embedding key's ``api_key_env``, as providers do.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EmbeddingEndpoint(_Section):
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint (``embedder: openai``)."""
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr | None = None
+    api_key_env: str | None = Field(
+        default=None, description="Read the key from this environment variable instead."
+    )
+    model: str = "text-embedding-3-small"
+    dimensions: int | None = Field(
+        default=None, ge=1, le=8192, description="Asked of the endpoint; None: its default."
+    )
+    batch_size: int = Field(default=64, ge=1, le=2048)
+    timeout_seconds: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _key_from_environment(self) -> EmbeddingEndpoint:
+        if self.api_key is None and self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if value:
+                self.api_key = SecretStr(value)
+        return self
+
+
+class KnowledgeSettings(_Section):
+    enabled: bool = True
+    embedder: Literal["auto", "local", "openai", "none"] = Field(
+        default="auto",
+        description="auto: the local MiniLM model when the `embed` extra is installed, "
+        "else none (lexical search only).",
+    )
+    embedding: EmbeddingEndpoint = Field(default_factory=EmbeddingEndpoint)
+    chunk_size: int = Field(default=1_400, ge=100, le=20_000)
+    chunk_overlap: int = Field(default=180, ge=0)
+    max_upload_bytes: int = Field(
+        default=50 * 1024 * 1024, ge=1, description="The largest document accepted."
+    )
+    max_files_per_upload: int = Field(default=100, ge=1)
+    max_queued_documents: int = Field(
+        default=1_000,
+        ge=1,
+        description="Documents waiting to be indexed, server-wide; more uploads get 503.",
+    )
+    workers: int = Field(default=1, ge=1, le=16, description="Documents indexed at once.")
+    top_k: int = Field(default=6, ge=1, le=50, description="Chunks put into the request.")
+    max_context_chars: int = Field(
+        default=8_000, ge=500, description="The most chunk text in <knowledge_context>."
+    )
+    placement: Literal["system", "user"] = Field(
+        default="system",
+        description="Where <knowledge_context> goes: the system prompt, or before the "
+        "last user message (keeps the system prompt, and the provider's cache, stable).",
+    )
+    min_similarity: float = Field(
+        default=0.2,
+        ge=-1,
+        le=1,
+        description="Vector matches under this cosine are not retrieved (weak matches).",
+    )
+    min_relative_score: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Word matches scoring under this share of the best are not retrieved.",
+    )
+    vector_cache_mb: int = Field(
+        default=512, ge=1, description="Vectors kept in memory for search, all bases together."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> KnowledgeSettings:
+        if self.chunk_overlap * 2 >= self.chunk_size:
+            raise ValueError("knowledge.chunk_overlap must be less than half of chunk_size")
+        return self
+
+
+class MemorySettings(_Section):
+    confirm_remember: bool = Field(
+        default=True,
+        description="memory_remember waits for a person's approval (tools.approval can "
+        "only make it stricter), so injected text cannot plant memories silently.",
+    )
+    top_k: int = Field(default=6, ge=1, le=50, description="Memories put into the request.")
+    max_context_chars: int = Field(default=4_000, ge=200)
+    prompt_limit: int = Field(
+        default=50, ge=1, le=1_000, description="Memories in the prompt when retrieval is off."
+    )

@@ -1,0 +1,420 @@
+"""The documents of knowledge bases, which are also their ingestion jobs: the SQL for
+``kb_documents`` (mixed into ``KnowledgeStore`` as ``DocumentOps``, like the branch
+operations of the conversation store).
+
+A document's ``status`` moves queued -> indexing -> ready (or failed / cancelled), and
+``deleting`` while it is being removed; only a ready document's chunks are searched.
+Every change to what is searchable bumps its base's ``version`` in the same
+transaction. Chunks are deleted a batch per transaction (``purge_chunks``): SQLite
+writes run on the event loop.
+
+What does not belong here: knowledge bases themselves (``store/knowledge.py``), chunks'
+own SQL (``knowledge/index.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
+
+from parley.errors import Conflict, Overloaded
+from parley.store.database import Database
+from parley.store.schema import kb_chunks, kb_documents, knowledge_bases
+
+DocumentStatus = Literal["queued", "indexing", "ready", "failed", "cancelled", "deleting"]
+PENDING: tuple[DocumentStatus, ...] = ("queued", "indexing")
+PURGE_BATCH = 64
+"""Chunks deleted per transaction: with the FTS5 trigger a chunk costs 0.2-0.4 ms, and
+SQLite writes run on the event loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    id: str
+    kb_id: str
+    owner: str
+    filename: str
+    content_type: str | None
+    size: int
+    sha256: str
+    status: DocumentStatus
+    error: str | None
+    chunks_total: int | None
+    chunks_done: int
+    pages: int | None
+    title: str | None
+    created_at: float
+    updated_at: float
+
+
+class DocumentOps:
+    _db: Database
+
+    async def add_document(
+        self,
+        owner: str,
+        kb_id: str,
+        *,
+        document_id: str,
+        filename: str,
+        content_type: str | None,
+        size: int,
+        sha256: str,
+        max_pending: int,
+    ) -> Document:
+        """A queued document. ``Overloaded`` (retry later) when ``max_pending`` documents
+        are already waiting or being indexed, server-wide."""
+        now = time.time()
+        values = {
+            "id": document_id,
+            "kb_id": kb_id,
+            "owner": owner,
+            "filename": filename,
+            "content_type": content_type,
+            "size": size,
+            "sha256": sha256,
+            "status": "queued",
+            "error": None,
+            "chunks_total": None,
+            "chunks_done": 0,
+            "pages": None,
+            "title": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+        def transaction(conn: Connection) -> None:
+            pending = conn.execute(
+                select(func.count()).where(kb_documents.c.status.in_(PENDING))
+            ).scalar_one()
+            if pending >= max_pending:
+                raise Overloaded(
+                    f"{pending} documents are waiting to be indexed; try again later",
+                    code="ingestion_queue_full",
+                    retry_after=30,
+                )
+            conn.execute(kb_documents.insert().values(**values))
+            conn.execute(
+                update(knowledge_bases).where(knowledge_bases.c.id == kb_id).values(updated_at=now)
+            )
+
+        await self._db.write(transaction)
+        return Document(**values)  # type: ignore[arg-type]
+
+    async def document(self, owner: str, kb_id: str, document_id: str) -> Document:
+        """``LookupError``: not one of the owner's documents in this base."""
+
+        def query(conn: Connection) -> Document:
+            row = conn.execute(
+                select(kb_documents).where(
+                    kb_documents.c.id == document_id,
+                    kb_documents.c.kb_id == kb_id,
+                    kb_documents.c.owner == owner,
+                    kb_documents.c.status != "deleting",
+                )
+            ).first()
+            if row is None:
+                raise LookupError(document_id)
+            return _document(row._mapping)
+
+        return await self._db.read(query)
+
+    async def document_by_id(self, document_id: str) -> Document | None:
+        """Any owner's (the ingestion worker's view)."""
+
+        def query(conn: Connection) -> Document | None:
+            row = conn.execute(select(kb_documents).where(kb_documents.c.id == document_id))
+            found = row.first()
+            return None if found is None else _document(found._mapping)
+
+        return await self._db.read(query)
+
+    async def documents(
+        self,
+        owner: str,
+        kb_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        filename: str | None = None,
+    ) -> list[Document]:
+        """Oldest first (the upload order); ``after``: the last id of the previous page."""
+        table = kb_documents.c
+        statement = select(kb_documents).where(
+            table.owner == owner, table.kb_id == kb_id, table.status != "deleting"
+        )
+        if filename is not None:
+            statement = statement.where(table.filename == filename)
+        if after is not None:
+            pivot = (
+                select(table.created_at)
+                .where(table.id == after, table.owner == owner)
+                .scalar_subquery()
+            )
+            statement = statement.where(
+                or_(table.created_at > pivot, and_(table.created_at == pivot, table.id > after))
+            )
+        statement = statement.order_by(table.created_at, table.id).limit(limit)
+        return await self._db.read(
+            lambda conn: [_document(r._mapping) for r in conn.execute(statement)]
+        )
+
+    async def status_counts(self, owner: str, kb_id: str) -> dict[str, int]:
+        def query(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(
+                select(kb_documents.c.status, func.count())
+                .where(
+                    kb_documents.c.owner == owner,
+                    kb_documents.c.kb_id == kb_id,
+                    kb_documents.c.status != "deleting",
+                )
+                .group_by(kb_documents.c.status)
+            )
+            return {str(status): int(count) for status, count in rows}
+
+        return await self._db.read(query)
+
+    async def pending(self) -> list[str]:
+        """Documents to (re)index after a restart, oldest first; those left ``indexing``
+        by a crash are queued again (their partial chunks are purged by the worker)."""
+
+        def transaction(conn: Connection) -> list[str]:
+            conn.execute(
+                update(kb_documents)
+                .where(kb_documents.c.status == "indexing")
+                .values(status="queued", chunks_done=0, updated_at=time.time())
+            )
+            rows = conn.execute(
+                select(kb_documents.c.id)
+                .where(kb_documents.c.status == "queued")
+                .order_by(kb_documents.c.created_at, kb_documents.c.id)
+            )
+            return [str(r) for r in rows.scalars()]
+
+        return await self._db.write(transaction)
+
+    async def deleting(self) -> list[tuple[str, str]]:
+        """(kb id, document id) of deletions a crash interrupted."""
+
+        def query(conn: Connection) -> list[tuple[str, str]]:
+            rows = conn.execute(
+                select(kb_documents.c.kb_id, kb_documents.c.id).where(
+                    kb_documents.c.status == "deleting"
+                )
+            )
+            return [(str(kb), str(doc)) for kb, doc in rows]
+
+        return await self._db.read(query)
+
+    async def start_indexing(self, document_id: str) -> bool:
+        """queued -> indexing; False when the document is no longer queued (cancelled,
+        deleted) and must not be indexed."""
+
+        def transaction(conn: Connection) -> bool:
+            result = conn.execute(
+                update(kb_documents)
+                .where(kb_documents.c.id == document_id, kb_documents.c.status == "queued")
+                .values(status="indexing", error=None, chunks_done=0, updated_at=time.time())
+            )
+            return bool(result.rowcount)
+
+        return await self._db.write(transaction)
+
+    async def progress(
+        self,
+        document_id: str,
+        *,
+        chunks_done: int,
+        chunks_total: int | None = None,
+        pages: int | None = None,
+        title: str | None = None,
+    ) -> bool:
+        """Record progress of an indexing document; False when it stopped being
+        ``indexing`` (cancelled or deleted): the worker then stops."""
+        values: dict[str, Any] = {"chunks_done": chunks_done, "updated_at": time.time()}
+        if chunks_total is not None:
+            values["chunks_total"] = chunks_total
+        if pages is not None:
+            values["pages"] = pages
+        if title is not None:
+            values["title"] = title[:500]
+
+        def transaction(conn: Connection) -> bool:
+            result = conn.execute(
+                update(kb_documents)
+                .where(kb_documents.c.id == document_id, kb_documents.c.status == "indexing")
+                .values(**values)
+            )
+            return bool(result.rowcount)
+
+        return await self._db.write(transaction)
+
+    async def finish(
+        self, document_id: str, status: DocumentStatus, *, error: str | None = None
+    ) -> int | None:
+        """indexing -> ready / failed; with ready, the base's version is bumped in the
+        same transaction. The new version (ready) or None; None also when the document
+        was no longer indexing (the worker then purges what it wrote)."""
+
+        def transaction(conn: Connection) -> int | None:
+            kb_id = conn.execute(
+                select(kb_documents.c.kb_id).where(
+                    kb_documents.c.id == document_id, kb_documents.c.status == "indexing"
+                )
+            ).scalar()
+            if kb_id is None:
+                return None
+            conn.execute(
+                update(kb_documents)
+                .where(kb_documents.c.id == document_id)
+                .values(status=status, error=error, updated_at=time.time())
+            )
+            return _bump(conn, str(kb_id)) if status == "ready" else None
+
+        return await self._db.write(transaction)
+
+    async def cancel(self, owner: str, kb_id: str, document_id: str) -> Document:
+        """queued / indexing -> cancelled (the worker stops at its next step).
+        ``LookupError``: not the owner's; ``Conflict``: not pending."""
+
+        def transaction(conn: Connection) -> None:
+            status = conn.execute(
+                select(kb_documents.c.status).where(
+                    kb_documents.c.id == document_id,
+                    kb_documents.c.kb_id == kb_id,
+                    kb_documents.c.owner == owner,
+                    kb_documents.c.status != "deleting",
+                )
+            ).scalar()
+            if status is None:
+                raise LookupError(document_id)
+            if status not in PENDING:
+                raise Conflict(
+                    f"document {document_id} is {status}, not waiting or indexing",
+                    code="not_cancellable",
+                )
+            conn.execute(
+                update(kb_documents)
+                .where(kb_documents.c.id == document_id)
+                .values(status="cancelled", error="cancelled by the user", updated_at=time.time())
+            )
+
+        await self._db.write(transaction)
+        return await self.document(owner, kb_id, document_id)
+
+    async def requeue(
+        self, owner: str, kb_id: str, document_id: str, *, max_pending: int
+    ) -> Document:
+        """A ready, failed or cancelled document queued to be indexed again (its chunks
+        stop being searched now). ``Conflict`` while it is still pending."""
+
+        def transaction(conn: Connection) -> None:
+            status = conn.execute(
+                select(kb_documents.c.status).where(
+                    kb_documents.c.id == document_id,
+                    kb_documents.c.kb_id == kb_id,
+                    kb_documents.c.owner == owner,
+                    kb_documents.c.status != "deleting",
+                )
+            ).scalar()
+            if status is None:
+                raise LookupError(document_id)
+            if status in PENDING:
+                raise Conflict(
+                    f"document {document_id} is already {status}", code="already_pending"
+                )
+            pending = conn.execute(
+                select(func.count()).where(kb_documents.c.status.in_(PENDING))
+            ).scalar_one()
+            if pending >= max_pending:
+                raise Overloaded(
+                    f"{pending} documents are waiting to be indexed; try again later",
+                    code="ingestion_queue_full",
+                    retry_after=30,
+                )
+            conn.execute(
+                update(kb_documents)
+                .where(kb_documents.c.id == document_id)
+                .values(status="queued", error=None, chunks_done=0, updated_at=time.time())
+            )
+            if status == "ready":
+                _bump(conn, kb_id)
+
+        await self._db.write(transaction)
+        return await self.document(owner, kb_id, document_id)
+
+    async def mark_document_deleting(self, owner: str, kb_id: str, document_id: str) -> None:
+        """Hide the document from search at once. ``LookupError``: not the owner's."""
+
+        def transaction(conn: Connection) -> None:
+            result = conn.execute(
+                update(kb_documents)
+                .where(
+                    kb_documents.c.id == document_id,
+                    kb_documents.c.kb_id == kb_id,
+                    kb_documents.c.owner == owner,
+                    kb_documents.c.status != "deleting",
+                )
+                .values(status="deleting", updated_at=time.time())
+            )
+            if not result.rowcount:
+                raise LookupError(document_id)
+            _bump(conn, kb_id)
+
+        await self._db.write(transaction)
+
+    async def purge_chunks(self, document_id: str) -> None:
+        """Delete the document's chunks (and, by trigger, their index entries) a batch
+        per transaction."""
+
+        def transaction(conn: Connection) -> int:
+            ids = select(kb_chunks.c.id).where(kb_chunks.c.document_id == document_id)
+            result = conn.execute(
+                delete(kb_chunks).where(kb_chunks.c.id.in_(ids.limit(PURGE_BATCH)))
+            )
+            return int(result.rowcount)
+
+        while await self._db.write(transaction) >= PURGE_BATCH:
+            pass
+
+    async def delete_document_row(self, document_id: str) -> None:
+        def transaction(conn: Connection) -> None:
+            conn.execute(delete(kb_documents).where(kb_documents.c.id == document_id))
+
+        await self._db.write(transaction)
+
+
+def _bump(conn: Connection, kb_id: str) -> int:
+    conn.execute(
+        update(knowledge_bases)
+        .where(knowledge_bases.c.id == kb_id)
+        .values(version=knowledge_bases.c.version + 1, updated_at=time.time())
+    )
+    return int(
+        conn.execute(
+            select(knowledge_bases.c.version).where(knowledge_bases.c.id == kb_id)
+        ).scalar_one()
+    )
+
+
+def _document(row: Any) -> Document:
+    return Document(
+        id=row["id"],
+        kb_id=row["kb_id"],
+        owner=row["owner"],
+        filename=row["filename"],
+        content_type=row["content_type"],
+        size=row["size"],
+        sha256=row["sha256"],
+        status=row["status"],
+        error=row["error"],
+        chunks_total=row["chunks_total"],
+        chunks_done=row["chunks_done"],
+        pages=row["pages"],
+        title=row["title"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
