@@ -101,42 +101,49 @@ Deviations, beyond the above:
   temporary knowledge bases (``upload_temp_docs``, ``search_temp_docs``) and the
   summary routes (``/knowledge_base/kb_summary_api/*``).
 
+Layout: this module holds the router the app mounts (``router``), the knowledge-base
+routes and ``search_docs``. The file routes (``list_files``, ``upload_docs``,
+``delete_docs``, ``update_docs``, ``download_doc``) are in ``api/chatchat_docs.py`` and
+the streaming ``recreate_vector_store`` in ``api/chatchat_recreate.py``; both are
+included into ``router``. What the modules share (the answer envelope, the caller and
+base lookup, Chatchat's chunking defaults) is in ``api/chatchat_common.py``.
+
 What does not belong here: storage and search (``knowledge/``, ``store/knowledge.py``),
 Parley's own knowledge-base API (``api/knowledge.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import suppress
-from datetime import UTC, datetime
-from pathlib import PurePosixPath
+from collections.abc import Sequence
 from typing import Annotated, Any
 
-import orjson
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, select
-from starlette.datastructures import FormData, UploadFile
-from starlette.responses import FileResponse, Response, StreamingResponse
 
-from parley.api.state import AppState
-from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge
-from parley.knowledge.index import ChunkView, fetch_chunks
+from parley.api import chatchat_docs, chatchat_recreate
+from parley.api.chatchat_common import (
+    CHUNK_SIZE,
+    LIST_PAGE,
+    OVERLAP_SIZE,
+    all_documents,
+    bad_name,
+    caller,
+    chatchat_time,
+    disabled,
+    find_base,
+    missing_base,
+    name_problem,
+    reply,
+    valid_name,
+)
+from parley.errors import Conflict, InvalidRequest, ParleyError
+from parley.knowledge.index import ChunkView
 from parley.knowledge.service import KnowledgeService, SearchResult
-from parley.store.database import Database
-from parley.store.knowledge import ID_PREFIX, Document, KnowledgeBase
-from parley.store.schema import kb_chunks
+from parley.store.knowledge import KnowledgeBase
 
 router = APIRouter(prefix="/knowledge_base", tags=["langchain-chatchat"])
 
-CHUNK_SIZE = 750
-"""Chatchat's ``kb_settings.CHUNK_SIZE``: the chunk size of bases made here."""
-OVERLAP_SIZE = 150
-"""Chatchat's ``kb_settings.OVERLAP_SIZE``."""
 VECTOR_SEARCH_TOP_K = 3
 SCORE_THRESHOLD = 2.0
 """Chatchat's default: a distance of 2 keeps every hit."""
@@ -145,27 +152,9 @@ MAX_TOP_K = 50
 """More hits than this are not searched for (a larger ``top_k`` is cut to it)."""
 VS_TYPE = "parley"
 """What ``vs_type`` reports: Parley's own index, whatever type the client asked for."""
-INDEX_WAIT_SECONDS = 60.0
-"""How long ``upload_docs`` and ``update_docs`` wait for their files to be indexed."""
-POLL_SECONDS = 0.2
-"""How often a wait looks at the documents' status."""
-STALL_SECONDS = 600.0
-"""``recreate_vector_store`` stops streaming after this long without a file finishing."""
-KEEPALIVE_SECONDS = 15.0
 MAX_LISTED_CHUNKS = 10_000
 """The most chunks ``search_docs`` lists without a query."""
-LIST_PAGE = 200
-READ_PIECE = 1024 * 1024
-MULTIPART_SLACK = 64 * 1024
-MAX_NAME = 100
 MAX_INFO = 2_000
-PENDING = ("queued", "indexing")
-INLINE_TYPES = frozenset({"application/pdf", "image/png", "image/jpeg", "image/gif", "image/webp"})
-"""Previewed inline as they are; ``text/*`` other than HTML and XML is inline as
-``text/plain``; everything else is an attachment even with ``preview``."""
-_NOT_TEXT = ("text/html", "text/xml", "text/xsl", "text/javascript", "text/ecmascript")
-_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
-_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
 # --- request bodies ----------------------------------------------------------------------
@@ -192,59 +181,7 @@ class SearchBody(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class DeleteDocsBody(BaseModel):
-    knowledge_base_name: str = Field(max_length=1_000)
-    file_names: list[str] = Field(max_length=10_000)
-    delete_content: bool = False
-    not_refresh_vs_cache: bool = False
-
-
-class UpdateDocsBody(BaseModel):
-    knowledge_base_name: str = Field(max_length=1_000)
-    file_names: list[str] = Field(max_length=10_000)
-    chunk_size: int = CHUNK_SIZE
-    chunk_overlap: int = OVERLAP_SIZE
-    zh_title_enhance: bool = False
-    override_custom_docs: bool = False
-    docs: str | dict[str, Any] = ""
-    not_refresh_vs_cache: bool = False
-
-
-class RecreateBody(BaseModel):
-    knowledge_base_name: str = Field(max_length=1_000)
-    allow_empty_kb: bool = True
-    vs_type: str = "faiss"
-    embed_model: str = ""
-    chunk_size: int = CHUNK_SIZE
-    chunk_overlap: int = OVERLAP_SIZE
-    zh_title_enhance: bool = False
-    not_refresh_vs_cache: bool = False
-
-
 # --- answers -----------------------------------------------------------------------------
-
-
-def reply(code: int = 200, msg: str = "success", data: Any = None) -> dict[str, Any]:
-    """Chatchat's ``BaseResponse``."""
-    return {"code": code, "msg": msg, "data": data}
-
-
-def _missing_base(name: str) -> dict[str, Any]:
-    return reply(404, f"knowledge base {name} not found")
-
-
-def _disabled() -> dict[str, Any]:
-    return reply(404, "knowledge bases are turned off on this server (knowledge.enabled)")
-
-
-def _bad_name() -> dict[str, Any]:
-    """Chatchat's ``validate_kb_name`` refusal."""
-    return reply(403, "invalid knowledge base name")
-
-
-def _time(stamp: float) -> str:
-    """A time as Chatchat's ``create_time`` (ISO 8601, UTC, no zone)."""
-    return datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 def base_json(base: KnowledgeBase) -> dict[str, Any]:
@@ -256,30 +193,7 @@ def base_json(base: KnowledgeBase) -> dict[str, Any]:
         "vs_type": VS_TYPE,
         "embed_model": base.embedding_model,
         "file_count": base.documents,
-        "create_time": _time(base.created_at),
-    }
-
-
-def file_json(base: KnowledgeBase, document: Document, number: int) -> dict[str, Any]:
-    """A file as one row of Chatchat's ``get_kb_file_details``, plus Parley's status."""
-    return {
-        "kb_name": base.name,
-        "file_name": document.filename,
-        "file_ext": PurePosixPath(document.filename).suffix,
-        "file_version": 1,
-        "document_loader": "",
-        "docs_count": document.chunks_done if document.status == "ready" else 0,
-        "text_splitter": "",
-        "create_time": _time(document.created_at),
-        "file_mtime": document.updated_at,
-        "file_size": document.size,
-        "custom_docs": False,
-        "in_folder": True,
-        "in_db": document.status == "ready",
-        "No": number,
-        "status": document.status,
-        "error": document.error,
-        "document_id": document.id,
+        "create_time": chatchat_time(base.created_at),
     }
 
 
@@ -317,83 +231,6 @@ def distances(results: Sequence[SearchResult]) -> list[float]:
 # --- helpers -----------------------------------------------------------------------------
 
 
-def _state(request: Request) -> AppState:
-    state: AppState = request.app.state.parley
-    return state
-
-
-async def _caller(request: Request) -> tuple[KnowledgeService | None, str]:
-    """The service (None: knowledge bases are off) and the caller's owner."""
-    state = _state(request)
-    owner = await state.auth.owner(request)
-    return state.knowledge, owner
-
-
-def _valid(name: str) -> bool:
-    """Chatchat's ``validate_kb_name``: no ``../``."""
-    return "../" not in name
-
-
-async def _base(service: KnowledgeService, owner: str, name: str) -> KnowledgeBase | None:
-    """The owner's base by name (or id); None when it is missing or another owner's."""
-    if not name.strip():
-        return None
-    try:
-        return await service.store.get(owner, name)
-    except LookupError:
-        return None
-
-
-def _name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a new base (Parley's rules), or None."""
-    if not name:
-        return "the knowledge base name must not be empty"
-    if len(name) > MAX_NAME:
-        return f"the knowledge base name must be at most {MAX_NAME} characters"
-    if name.startswith(ID_PREFIX):
-        return f"a knowledge base name may not start with {ID_PREFIX!r} (ids do)"
-    if "/" in name or any(ord(char) < 32 or ord(char) == 127 for char in name):
-        return "a knowledge base name may not hold '/' or control characters"
-    return None
-
-
-async def _all_documents(service: KnowledgeService, owner: str, kb_id: str) -> list[Document]:
-    """Every document of the base, oldest first."""
-    found: list[Document] = []
-    after: str | None = None
-    while True:
-        page = await service.store.documents(owner, kb_id, limit=LIST_PAGE, after=after)
-        found.extend(page)
-        if len(page) < LIST_PAGE:
-            return found
-        after = page[-1].id
-
-
-async def _named(
-    service: KnowledgeService, owner: str, kb_id: str, filename: str
-) -> list[Document]:
-    """The base's documents of this file name, oldest first."""
-    found: list[Document] = []
-    after: str | None = None
-    while True:
-        page = await service.store.documents(
-            owner, kb_id, limit=LIST_PAGE, after=after, filename=filename
-        )
-        found.extend(page)
-        if len(page) < LIST_PAGE:
-            return found
-        after = page[-1].id
-
-
-def _newest_by_name(documents: Iterable[Document]) -> list[Document]:
-    """One document per file name (oldest first): the newest of that name, in the place
-    the name first appears."""
-    newest: dict[str, Document] = {}
-    for document in documents:
-        newest[document.filename] = document  # a dict keeps a key's first place
-    return list(newest.values())
-
-
 def _like(pattern: str) -> re.Pattern[str]:
     """A SQL ``LIKE`` pattern (``%``, ``_``; no escape character), without case."""
     parts = [".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern]
@@ -405,125 +242,14 @@ def _metadata_matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(k in metadata and str(metadata[k]) == str(v) for k, v in wanted.items())
 
 
-def _stored_name(filename: str | None) -> str:
-    """The name the service keeps for an upload: its last path component without
-    control characters (as ``KnowledgeService.upload`` cleans it)."""
-    name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if ch.isprintable()).strip()
-    return name[:255] or "document"
-
-
-def _chunking_note(base: KnowledgeBase, size: int, overlap: int) -> str:
-    if (size, overlap) == (base.chunk_size, base.chunk_overlap):
-        return ""
-    return (
-        f"; chunk_size {size} and chunk_overlap {overlap} ignored: knowledge base "
-        f"{base.name} is chunked at {base.chunk_size} with {base.chunk_overlap} of overlap"
-    )
-
-
-def _custom_docs(value: str | dict[str, Any]) -> dict[str, Any]:
-    """The ``docs`` field: a JSON object string (or object) of file name -> documents."""
-    if isinstance(value, dict):
-        return value
-    if not value.strip():
-        return {}
-    try:
-        parsed = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        raise InvalidRequest("docs must be a JSON object", param="docs") from None
-    if not isinstance(parsed, dict):
-        raise InvalidRequest("docs must be a JSON object", param="docs")
-    return parsed
-
-
-async def _unindex(service: KnowledgeService, owner: str, kb_id: str, document_id: str) -> None:
-    """Keep the document and its file but out of search (status ``cancelled``)."""
-    try:
-        await service.store.cancel(owner, kb_id, document_id)
-    except Conflict:  # ready or failed: queue it again, then cancel that
-        await service.reindex(owner, kb_id, document_id)
-        with suppress(Conflict):
-            await service.store.cancel(owner, kb_id, document_id)
-
-
-async def _wait(
-    service: KnowledgeService, owner: str, kb_id: str, document_ids: Iterable[str]
-) -> tuple[list[Document], list[str]]:
-    """Wait up to ``INDEX_WAIT_SECONDS`` for the documents to leave queued / indexing:
-    (those that did, in their final state; the ids still pending). A document deleted
-    meanwhile is in neither."""
-    pending = list(dict.fromkeys(document_ids))
-    done: list[Document] = []
-    deadline = time.monotonic() + INDEX_WAIT_SECONDS
-    while pending:
-        still: list[str] = []
-        for document_id in pending:
-            try:
-                document = await service.store.document(owner, kb_id, document_id)
-            except LookupError:
-                continue
-            if document.status in PENDING:
-                still.append(document_id)
-            else:
-                done.append(document)
-        pending = still
-        if not pending or time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(POLL_SECONDS)
-    return done, pending
-
-
-def _index_failures(done: Iterable[Document]) -> dict[str, str]:
-    return {
-        d.filename: d.error or f"{d.filename} could not be indexed"
-        for d in done
-        if d.status != "ready"
-    }
-
-
-def _pending_note(count: int) -> str:
-    if not count:
-        return ""
-    files = "file is" if count == 1 else "files are"
-    return f"; {count} {files} still being indexed (see list_files)"
-
-
-def _flag(form: FormData, key: str, default: bool) -> bool:
-    value = form.get(key)
-    if value is None or isinstance(value, UploadFile):
-        return default
-    text = value.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise InvalidRequest(f"{key} must be true or false", param=key)
-
-
-def _number(form: FormData, key: str, default: int) -> int:
-    value = form.get(key)
-    if value is None or isinstance(value, UploadFile) or not value.strip():
-        return default
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise InvalidRequest(f"{key} must be an integer", param=key) from None
-
-
-def _text(form: FormData, key: str) -> str:
-    value = form.get(key)
-    return value if isinstance(value, str) else ""
-
-
 # --- knowledge bases ---------------------------------------------------------------------
 
 
 @router.get("/list_knowledge_bases")
 async def list_knowledge_bases(request: Request) -> dict[str, Any]:
-    service, owner = await _caller(request)
+    service, owner = await caller(request)
     if service is None:
-        return _disabled()
+        return disabled()
     bases: list[KnowledgeBase] = []
     after: str | None = None
     while True:
@@ -538,13 +264,13 @@ async def list_knowledge_bases(request: Request) -> dict[str, Any]:
 
 @router.post("/create_knowledge_base")
 async def create_knowledge_base(request: Request, body: CreateBody) -> dict[str, Any]:
-    service, owner = await _caller(request)
+    service, owner = await caller(request)
     if service is None:
-        return _disabled()
+        return disabled()
     name = body.knowledge_base_name.strip()
-    if not _valid(name):
-        return _bad_name()
-    problem = _name_problem(name)
+    if not valid_name(name):
+        return bad_name()
+    problem = name_problem(name)
     if problem is not None:
         return reply(404, problem)
     try:
@@ -569,18 +295,18 @@ async def delete_knowledge_base(request: Request, body: Annotated[Any, Body()]) 
             "the body must be the knowledge base name as a JSON string",
             param="knowledge_base_name",
         )
-    service, owner = await _caller(request)
+    service, owner = await caller(request)
     if service is None:
-        return _disabled()
+        return disabled()
     name = body
-    if not _valid(name):
-        return _bad_name()
-    if await _base(service, owner, name) is None:
-        return _missing_base(name)
+    if not valid_name(name):
+        return bad_name()
+    if await find_base(service, owner, name) is None:
+        return missing_base(name)
     try:
         await service.delete(owner, name)
     except LookupError:
-        return _missing_base(name)
+        return missing_base(name)
     except ParleyError as exc:
         return reply(500, f"could not delete knowledge base {name}: {exc.message}")
     return reply(msg=f"deleted knowledge base {name}")
@@ -588,47 +314,31 @@ async def delete_knowledge_base(request: Request, body: Annotated[Any, Body()]) 
 
 @router.post("/update_info")
 async def update_info(request: Request, body: InfoBody) -> dict[str, Any]:
-    service, owner = await _caller(request)
+    service, owner = await caller(request)
     if service is None:
-        return _disabled()
+        return disabled()
     name = body.knowledge_base_name
-    if not _valid(name):
-        return _bad_name()
-    if await _base(service, owner, name) is None:
-        return _missing_base(name)
+    if not valid_name(name):
+        return bad_name()
+    if await find_base(service, owner, name) is None:
+        return missing_base(name)
     try:
         await service.store.update(owner, name, name=None, description=body.kb_info)
     except LookupError:
-        return _missing_base(name)
+        return missing_base(name)
     return reply(msg="knowledge base description updated", data={"kb_info": body.kb_info})
 
 
-# --- files -------------------------------------------------------------------------------
-
-
-@router.get("/list_files")
-async def list_files(
-    request: Request, knowledge_base_name: str = Query(max_length=1_000)
-) -> dict[str, Any]:
-    service, owner = await _caller(request)
-    if service is None:
-        return {**_disabled(), "data": []}
-    if not _valid(knowledge_base_name):
-        return {**_bad_name(), "data": []}
-    base = await _base(service, owner, knowledge_base_name)
-    if base is None:
-        return {**_missing_base(knowledge_base_name), "data": []}
-    files = _newest_by_name(await _all_documents(service, owner, base.id))
-    return reply(data=[file_json(base, d, n) for n, d in enumerate(files, 1)])
+# --- search ------------------------------------------------------------------------------
 
 
 @router.post("/search_docs")
 async def search_docs(request: Request, body: SearchBody) -> list[dict[str, Any]]:
     """A bare list, as in Chatchat; ``[]`` for a missing base."""
-    service, owner = await _caller(request)
-    if service is None or not _valid(body.knowledge_base_name):
+    service, owner = await caller(request)
+    if service is None or not valid_name(body.knowledge_base_name):
         return []
-    base = await _base(service, owner, body.knowledge_base_name)
+    base = await find_base(service, owner, body.knowledge_base_name)
     if base is None:
         return []
     top_k = min(body.top_k, MAX_TOP_K)
@@ -636,9 +346,7 @@ async def search_docs(request: Request, body: SearchBody) -> list[dict[str, Any]
     if not body.query.strip():
         if name_filter is None and not body.metadata:
             return []
-        return await _file_chunks(
-            service, _state(request).database, owner, base, name_filter, body.metadata
-        )
+        return await _file_chunks(service, owner, base, name_filter, body.metadata)
     if top_k <= 0:
         return []
     filtered = name_filter is not None or bool(body.metadata)
@@ -659,7 +367,6 @@ async def search_docs(request: Request, body: SearchBody) -> list[dict[str, Any]
 
 async def _file_chunks(
     service: KnowledgeService,
-    database: Database,
     owner: str,
     base: KnowledgeBase,
     name_filter: re.Pattern[str] | None,
@@ -669,12 +376,12 @@ async def _file_chunks(
     (Chatchat's ``list_docs``: no query, a file name or metadata)."""
     documents = [
         d
-        for d in await _all_documents(service, owner, base.id)
+        for d in await all_documents(service, owner, base.id)
         if d.status == "ready" and (name_filter is None or name_filter.fullmatch(d.filename))
     ]
     found: list[dict[str, Any]] = []
     for document in documents:
-        for chunk in await _document_chunks(database, owner, document):
+        for chunk in await service.document_chunks(owner, document):
             if not metadata or _metadata_matches(chunk_metadata(chunk), metadata):
                 found.append(document_json(chunk, 0.0))
                 if len(found) >= MAX_LISTED_CHUNKS:
@@ -682,347 +389,5 @@ async def _file_chunks(
     return found
 
 
-async def _document_chunks(database: Database, owner: str, document: Document) -> list[ChunkView]:
-    """A document's chunks in order. (The one read of the chunk table here: the store
-    offers no listing of a document's chunks.)"""
-
-    def query(conn: Connection) -> list[ChunkView]:
-        ids = conn.execute(
-            select(kb_chunks.c.id)
-            .where(kb_chunks.c.document_id == document.id, kb_chunks.c.owner == owner)
-            .order_by(kb_chunks.c.ordinal, kb_chunks.c.id)
-        ).scalars()
-        order = [int(i) for i in ids]
-        views = fetch_chunks(conn, owner, order)
-        return [views[i] for i in order if i in views]
-
-    return await database.read(query)
-
-
-@router.post("/upload_docs")
-async def upload_docs(request: Request) -> dict[str, Any]:
-    """``multipart/form-data``, the fields of Chatchat's ``upload_docs``."""
-    service, owner = await _caller(request)
-    if service is None:
-        return _disabled()
-    settings = service.settings
-    declared = request.headers.get("content-length", "")
-    bound = settings.max_files_per_upload * (settings.max_upload_bytes + MULTIPART_SLACK)
-    if declared.isdigit() and int(declared) > bound:
-        raise PayloadTooLarge(
-            f"the request is larger than {settings.max_files_per_upload} files of "
-            f"{settings.max_upload_bytes} bytes",
-            param="files",
-        )
-    async with request.form(max_files=settings.max_files_per_upload, max_fields=50) as form:
-        name = _text(form, "knowledge_base_name")
-        if not name:
-            raise InvalidRequest("knowledge_base_name is required", param="knowledge_base_name")
-        override = _flag(form, "override", False)
-        to_vector_store = _flag(form, "to_vector_store", True)
-        chunk_size = _number(form, "chunk_size", CHUNK_SIZE)
-        chunk_overlap = _number(form, "chunk_overlap", OVERLAP_SIZE)
-        _flag(form, "zh_title_enhance", False)
-        _flag(form, "not_refresh_vs_cache", False)
-        custom = _custom_docs(_text(form, "docs"))
-        files = [item for item in form.getlist("files") if isinstance(item, UploadFile)]
-        if not files:
-            raise InvalidRequest(
-                "send one or more files as multipart/form-data fields named 'files'",
-                param="files",
-            )
-        if not _valid(name):
-            return _bad_name()
-        base = await _base(service, owner, name)
-        if base is None:
-            return _missing_base(name)
-        failed: dict[str, str] = {}
-        stored: list[Document] = []
-        for index, upload in enumerate(files):
-            filename = _stored_name(upload.filename)
-            try:
-                document = await _store_upload(service, owner, base, upload, filename, override)
-            except _Refused as refused:
-                failed[filename] = refused.reason
-                continue
-            except ParleyError as exc:
-                failed[filename] = exc.message
-                if exc.status >= 500:  # the queue is full: the rest would fail the same way
-                    for rest in files[index + 1 :]:
-                        failed[_stored_name(rest.filename)] = exc.message
-                    break
-                continue
-            stored.append(document)
-            if not to_vector_store:
-                with suppress(LookupError):
-                    await _unindex(service, owner, base.id, document.id)
-    uploaded = {d.filename for d in stored}
-    for custom_name in custom:
-        if custom_name not in uploaded and custom_name not in failed:
-            failed[custom_name] = "custom docs are not supported by this server"
-    notes = _chunking_note(base, chunk_size, chunk_overlap)
-    ignored = sorted(uploaded & set(custom))
-    if ignored:
-        notes += f"; custom docs ignored (indexed from the files): {', '.join(ignored)}"
-    if not to_vector_store:
-        return reply(msg="files uploaded" + notes, data={"failed_files": failed})
-    done, pending = await _wait(service, owner, base.id, [d.id for d in stored])
-    failed.update(_index_failures(done))
-    return reply(
-        msg="files uploaded and indexed" + notes + _pending_note(len(pending)),
-        data={"failed_files": failed},
-    )
-
-
-class _Refused(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-async def _store_upload(
-    service: KnowledgeService,
-    owner: str,
-    base: KnowledgeBase,
-    upload: UploadFile,
-    filename: str,
-    override: bool,
-) -> Document:
-    """Store one file; ``_Refused`` when Chatchat's rule keeps the existing file. Older
-    files of the name are deleted once the new one is stored."""
-    existing = await _named(service, owner, base.id, filename)
-    if existing and not override and upload.size is not None and existing[-1].size == upload.size:
-        raise _Refused(f"file {filename} already exists")
-
-    async def pieces() -> AsyncIterator[bytes]:
-        while piece := await upload.read(READ_PIECE):
-            yield piece
-
-    document = await service.upload(owner, base, filename, upload.content_type, pieces())
-    for old in await _named(service, owner, base.id, document.filename):
-        if old.id != document.id:
-            with suppress(LookupError):
-                await service.delete_document(owner, base.id, old.id)
-    return document
-
-
-@router.post("/delete_docs")
-async def delete_docs(request: Request, body: DeleteDocsBody) -> dict[str, Any]:
-    service, owner = await _caller(request)
-    if service is None:
-        return _disabled()
-    name = body.knowledge_base_name
-    if not _valid(name):
-        return _bad_name()
-    base = await _base(service, owner, name)
-    if base is None:
-        return _missing_base(name)
-    failed: dict[str, str] = {}
-    for filename in dict.fromkeys(body.file_names):
-        documents = await _named(service, owner, base.id, filename)
-        if not documents:
-            failed[filename] = f"file {filename} not found"
-            continue
-        try:
-            for document in documents:
-                with suppress(LookupError):
-                    if body.delete_content:
-                        await service.delete_document(owner, base.id, document.id)
-                    else:
-                        await _unindex(service, owner, base.id, document.id)
-        except ParleyError as exc:
-            failed[filename] = f"could not delete {filename}: {exc.message}"
-    return reply(msg="files deleted", data={"failed_files": failed})
-
-
-@router.post("/update_docs")
-async def update_docs(request: Request, body: UpdateDocsBody) -> dict[str, Any]:
-    """Index the named files again (from their stored content)."""
-    service, owner = await _caller(request)
-    if service is None:
-        return _disabled()
-    name = body.knowledge_base_name
-    if not _valid(name):
-        return _bad_name()
-    base = await _base(service, owner, name)
-    if base is None:
-        return _missing_base(name)
-    custom = _custom_docs(body.docs)
-    failed: dict[str, str] = {}
-    queued: list[str] = []
-    for filename in dict.fromkeys(body.file_names):
-        documents = await _named(service, owner, base.id, filename)
-        if not documents:
-            failed[filename] = f"file {filename} not found"
-            continue
-        for document in documents:
-            try:
-                await service.reindex(owner, base.id, document.id)
-            except LookupError:
-                continue
-            except Conflict:  # already queued or indexing: wait for it all the same
-                pass
-            except ParleyError as exc:
-                failed[filename] = f"could not index {filename} again: {exc.message}"
-                continue
-            queued.append(document.id)
-    for custom_name in custom:
-        failed.setdefault(custom_name, "custom docs are not supported by this server")
-    done, pending = await _wait(service, owner, base.id, queued)
-    failed.update(_index_failures(done))
-    notes = _chunking_note(base, body.chunk_size, body.chunk_overlap)
-    return reply(
-        msg="files indexed again" + notes + _pending_note(len(pending)),
-        data={"failed_files": failed},
-    )
-
-
-@router.get("/download_doc", response_model=None)
-async def download_doc(
-    request: Request,
-    knowledge_base_name: str = Query(max_length=1_000),
-    file_name: str = Query(max_length=1_000),
-    preview: bool = Query(default=False),
-) -> Response | dict[str, Any]:
-    """The newest file of the name: an attachment, or inline with ``preview`` when its
-    type is safe to show (PDF, images other than SVG, text as ``text/plain``)."""
-    service, owner = await _caller(request)
-    if service is None:
-        return _disabled()
-    if not _valid(knowledge_base_name):
-        return _bad_name()
-    base = await _base(service, owner, knowledge_base_name)
-    if base is None:
-        return _missing_base(knowledge_base_name)
-    documents = await _named(service, owner, base.id, file_name)
-    path = service.file(documents[-1]) if documents else None
-    if path is None or not path.is_file():
-        return reply(404, f"file {file_name} not found")
-    document = documents[-1]
-    media_type = (document.content_type or "").split(";", 1)[0].strip().lower()
-    disposition = "attachment"
-    served = "application/octet-stream"
-    if preview and media_type in INLINE_TYPES:
-        disposition, served = "inline", media_type
-    elif preview and media_type.startswith("text/") and media_type not in _NOT_TEXT:
-        disposition, served = "inline", "text/plain; charset=utf-8"
-    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "private, no-cache"}
-    if served != "application/pdf":  # a sandboxed PDF does not open in Chromium's viewer
-        headers["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    return FileResponse(
-        path,
-        media_type=served,
-        filename=document.filename,
-        content_disposition_type=disposition,
-        headers=headers,
-    )
-
-
-# --- recreate_vector_store ---------------------------------------------------------------
-
-
-@router.post("/recreate_vector_store", response_model=None)
-async def recreate_vector_store(
-    request: Request, body: RecreateBody
-) -> StreamingResponse | dict[str, Any]:
-    """Index every file of the base again; Server-Sent Events, one per finished file.
-    A missing base is created (with ``allow_empty_kb``, Chatchat's default) and has
-    nothing to index."""
-    service, owner = await _caller(request)
-    if service is None:
-        return _disabled()
-    name = body.knowledge_base_name
-    if not _valid(name):
-        return _bad_name()
-    base = await _base(service, owner, name)
-    if base is None:
-        if not body.allow_empty_kb:
-            return _missing_base(name)
-        problem = _name_problem(name.strip())
-        if problem is not None:
-            return reply(404, problem)
-        try:
-            base = await service.create(
-                owner, name.strip(), chunk_size=CHUNK_SIZE, chunk_overlap=OVERLAP_SIZE
-            )
-        except ParleyError as exc:
-            return reply(500, f"could not create knowledge base {name}: {exc.message}")
-    # listed first: each is queued again (or still pending), and a small one may be
-    # indexed before the call returns
-    documents = await _all_documents(service, owner, base.id)
-    try:
-        await service.reindex_base(owner, base)
-    except ParleyError as exc:
-        return reply(500, f"could not index knowledge base {name} again: {exc.message}")
-    return StreamingResponse(
-        _progress(service, owner, base, documents, request.is_disconnected),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-async def _progress(
-    service: KnowledgeService,
-    owner: str,
-    base: KnowledgeBase,
-    documents: list[Document],
-    disconnected: Callable[[], Awaitable[bool]],
-) -> AsyncIterator[bytes]:
-    """One event per document as it leaves queued / indexing, in the order they end."""
-    total = len(documents)
-    pending = {d.id: d.filename for d in documents}
-    finished = 0
-    last_change = last_sent = time.monotonic()
-    while pending:
-        if await disconnected():
-            return
-        for document_id, filename in list(pending.items()):
-            try:
-                document = await service.store.document(owner, base.id, document_id)
-            except LookupError:
-                document = None
-            if document is not None and document.status in PENDING:
-                continue
-            del pending[document_id]
-            finished += 1
-            last_change = last_sent = time.monotonic()
-            if document is not None and document.status == "ready":
-                yield _event(
-                    {
-                        "code": 200,
-                        "msg": f"({finished} / {total}): {filename}",
-                        "total": total,
-                        "finished": finished,
-                        "doc": filename,
-                    }
-                )
-            else:
-                reason = "it was deleted or cancelled"
-                if document is not None:
-                    reason = document.error or "it could not be read"
-                yield _event(
-                    {
-                        "code": 500,
-                        "msg": f"adding file {filename} to knowledge base {base.name} "
-                        f"failed: {reason}; skipped",
-                    }
-                )
-        if not pending:
-            return
-        now = time.monotonic()
-        if now - last_change > STALL_SECONDS:
-            yield _event(
-                {
-                    "code": 500,
-                    "msg": f"stopped waiting: {len(pending)} files are still being indexed",
-                }
-            )
-            return
-        if now - last_sent > KEEPALIVE_SECONDS:
-            last_sent = now
-            yield b": ping\n\n"
-        await asyncio.sleep(POLL_SECONDS * 2.5)
+router.include_router(chatchat_docs.router)
+router.include_router(chatchat_recreate.router)

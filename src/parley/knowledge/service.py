@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+from sqlalchemy import Connection, select
 
 from parley.errors import ConfigurationError, InvalidRequest
 from parley.ids import new_id
@@ -35,6 +36,7 @@ from parley.knowledge.types import Embedder, EmbeddingError, KbRef
 from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
 from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore
+from parley.store.schema import kb_chunks
 from parley.transforms.context import Snippet, TransformContext
 
 if TYPE_CHECKING:
@@ -216,6 +218,22 @@ class KnowledgeService:
 
     def file(self, document: Document) -> Path:
         return document_path(self._files, document.kb_id, document.id)
+
+    async def document_chunks(self, owner: str, document: Document) -> list[ChunkView]:
+        """The document's chunks in order (by ordinal), whatever its status; empty when
+        it is not the owner's."""
+
+        def query(conn: Connection) -> list[ChunkView]:
+            ids = conn.execute(
+                select(kb_chunks.c.id)
+                .where(kb_chunks.c.document_id == document.id, kb_chunks.c.owner == owner)
+                .order_by(kb_chunks.c.ordinal, kb_chunks.c.id)
+            ).scalars()
+            order = [int(i) for i in ids]
+            views = fetch_chunks(conn, owner, order)
+            return [views[i] for i in order if i in views]
+
+        return await self._db.read(query)
 
     # --- search ------------------------------------------------------------------------
 
