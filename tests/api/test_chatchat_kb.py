@@ -456,6 +456,37 @@ def test_delete_docs_from_the_index_then_for_good(alice: ApiRequest, base: str) 
     refused(alice.download_doc(base, "guide.md"), 404)
 
 
+def test_an_upload_without_content_length_is_refused(alice: ApiRequest) -> None:
+    name = new_name()
+    ok(alice.create_knowledge_base(name))
+    boundary = "chatchatboundary42"
+
+    def body() -> Iterator[bytes]:
+        yield (
+            f"--{boundary}\r\n"
+            'content-disposition: form-data; name="knowledge_base_name"\r\n\r\n'
+            f"{name}\r\n"
+            f"--{boundary}\r\n"
+            'content-disposition: form-data; name="files"; filename="a.txt"\r\n'
+            "content-type: text/plain\r\n\r\n"
+        ).encode()
+        yield b"sent in chunks"
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    response = alice.http.post(
+        "/knowledge_base/upload_docs",
+        headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+        content=body(),
+    )
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 411, response.text
+    answer = response.json()
+    assert set(answer) == {"code", "msg", "data"}
+    assert answer["code"] == 411
+    assert answer["msg"]
+    assert files_of(alice, name) == {}
+
+
 def test_upload_without_indexing(alice: ApiRequest, base: str) -> None:
     body = ok(alice.upload_kb_docs([("later.txt", b"Narwhals")], base, to_vector_store=False))
     assert body["data"]["failed_files"] == {}

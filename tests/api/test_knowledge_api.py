@@ -375,6 +375,36 @@ def test_too_large_and_empty_files_are_refused_one_by_one(alice: httpx.Client) -
     assert sum(counts.values()) == 1  # nothing of the refused files was kept
 
 
+def _chunked_multipart(fields: dict[str, tuple[str, bytes]]) -> tuple[dict[str, str], Any]:
+    """Headers and a generator body for a multipart upload sent chunked (no
+    Content-Length)."""
+    boundary = "parleyboundary7d1a"
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
+
+    def body() -> Iterator[bytes]:
+        for field, (filename, data) in fields.items():
+            yield (
+                f"--{boundary}\r\n"
+                f'content-disposition: form-data; name="{field}"; filename="{filename}"\r\n'
+                "content-type: text/plain\r\n\r\n"
+            ).encode()
+            yield data
+            yield b"\r\n"
+        yield f"--{boundary}--\r\n".encode()
+
+    return headers, body()
+
+
+def test_an_upload_without_content_length_is_refused(alice: httpx.Client) -> None:
+    _create(alice, "chunked")
+    headers, body = _chunked_multipart({"files": ("a.txt", b"chunked upload")})
+    response = alice.post("/knowledge_bases/chunked/documents", headers=headers, content=body)
+    assert "content-length" not in response.request.headers
+    error = _error(response, 411)
+    assert error["code"] == "length_required"
+    assert alice.get("/knowledge_bases/chunked/documents").json()["data"] == []
+
+
 def test_unreadable_documents_end_failed(alice: httpx.Client) -> None:
     _create(alice, "broken")
     files = {"tool.exe": b"MZ\x90\x00\x03\x00\x00\x00", "bad.json": b'{"a": [1, 2'}

@@ -269,3 +269,59 @@ def test_remembering_waits_for_approval(
     assert [p["tool"] for p in pending] == ["memory_remember"]
     listed = httpx.get(f"{server.url}/v1/memories?scope=global", headers=headers).json()
     assert all("evil.example" not in m["text"] for m in listed["data"])
+
+
+def test_citations_keep_their_numbers_across_an_approval(
+    server: ParleyServer, upstream: MockOpenAI, alice: str, base: dict[str, Any]
+) -> None:
+    headers = {"Authorization": f"Bearer {alice}"}
+    created = httpx.post(
+        f"{server.url}/v1/assistants",
+        json={
+            "name": "careful",
+            "knowledge_bases": ["field-guide"],
+            "memory": {"enabled": True, "scope": "assistant"},
+        },
+        headers=headers,
+    )
+    assert created.status_code == 200, created.text
+    upstream.queue_tool_calls(
+        [
+            ("call_k", "kb_search", json.dumps({"query": "tangerine budget"})),
+            ("call_m", "memory_remember", json.dumps({"text": "likes zorbulite"})),
+        ]
+    )
+    with client_for(server, alice) as client:
+        paused = client.chat.completions.create(
+            model="mock/mock-model",
+            messages=[{"role": "user", "content": "Tell me about zorbulite"}],
+            extra_body={"assistant": "careful"},
+        )
+        before = parley_of(paused)
+        assert [p["tool"] for p in before["pending_approvals"]] == ["memory_remember"]
+        assert [(c["rank"], c["source"]) for c in before["citations"]] == [
+            (1, "context"),
+            (2, "tool"),
+        ]
+        upstream.queue_tool_calls([("call_k2", "kb_search", json.dumps({"query": "Ostravel"}))])
+        upstream.queue_text("Done [1] [2] [3].")
+        resumed = client.chat.completions.create(
+            model="mock/mock-model",
+            messages=[],
+            extra_body={
+                "conversation_id": before["conversation_id"],
+                "approvals": [{"tool_call_id": "call_m", "decision": "approve"}],
+            },
+        )
+    after = parley_of(resumed)["citations"]
+    assert after[:2] == before["citations"]  # the same sources under the same numbers
+    assert [(c["rank"], c["source"]) for c in after] == [
+        (1, "context"),
+        (2, "tool"),
+        (3, "tool"),
+    ]
+    assert "Ostravel" in after[2]["excerpt"]
+    stored = httpx.get(
+        f"{server.url}/v1/conversations/{before['conversation_id']}", headers=headers
+    ).json()
+    assert stored["messages"][-1]["citations"] == after

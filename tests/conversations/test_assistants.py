@@ -222,3 +222,20 @@ def test_an_update_refuses_null_where_a_field_cannot_be_empty() -> None:
 def test_regex_keywords_are_plain_text_unless_marked() -> None:
     body = {"name": "a", "transformers": {"lorebook": [{"keywords": ["(not a regex"]}]}}
     assert AssistantCreate.model_validate(body).fields()["transformers"]["lorebook"][0]
+
+
+def test_remembering_and_forgetting_ask_unless_confirmation_is_off() -> None:
+    from parley.conversations.assistants import tool_policies
+
+    tools = ("memory_remember", "memory_forget", "memory_recall", "kb_search")
+    assert tool_policies(tools, None, {}, confirm_remember=True) == {
+        "memory_remember": "ask",
+        "memory_forget": "ask",
+    }
+    assert tool_policies(tools, None, {}, confirm_remember=False) == {}
+    # configuration may only make them stricter
+    assert tool_policies(tools, None, {"memory_*": "deny"}, confirm_remember=True) == {
+        "memory_remember": "deny",
+        "memory_forget": "deny",
+        "memory_recall": "deny",
+    }

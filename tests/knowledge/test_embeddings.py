@@ -26,6 +26,7 @@ from starlette.routing import Route
 from parley.knowledge import embeddings
 from parley.knowledge.embeddings import (
     LOCAL_VOCAB,
+    THREAD_BATCH,
     HashEmbedder,
     LocalEmbedder,
     OpenAIEmbedder,
@@ -141,13 +142,20 @@ async def test_hash_embedder_many_texts_match_one_by_one() -> None:
 Handler = Callable[[dict[str, Any]], Response]
 
 
-def good_answer(body: dict[str, Any], width: int = 8) -> Response:
-    """Deterministic vectors (not unit length), listed in reverse order of index."""
+def good_answer(body: dict[str, Any], width: int = 8, *, honour_format: bool = True) -> Response:
+    """Deterministic vectors (not unit length), listed in reverse order of index: base64
+    float32 when ``encoding_format`` asks for it (as OpenAI does), else lists of numbers."""
+    base64_wanted = honour_format and body.get("encoding_format") == "base64"
     data = []
     for index, text in enumerate(body["input"]):
         seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
         vector = np.random.default_rng(seed).normal(size=width) * 3
-        data.append({"object": "embedding", "index": index, "embedding": vector.tolist()})
+        embedding: Any = (
+            base64.b64encode(vector.astype("<f4").tobytes()).decode()
+            if base64_wanted
+            else vector.tolist()
+        )
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
     return JSONResponse({"object": "list", "model": body["model"], "data": data[::-1], "usage": {}})
 
 
@@ -272,6 +280,41 @@ async def test_openai_embedder_reads_base64_vectors(
     endpoint.handler = answer
     vectors = await remote(endpoint, client).embed(["x"])
     np.testing.assert_allclose(vectors, [[0.0, 0.6, 0.8]], rtol=1e-6)
+
+
+async def test_openai_embedder_asks_for_base64_and_accepts_lists_too(
+    endpoint: Endpoint, client: httpx.AsyncClient
+) -> None:
+    texts = ["alpha", "beta", "gamma"]
+    encoded = await remote(endpoint, client).embed(texts)
+    assert endpoint.requests[0]["encoding_format"] == "base64"
+    endpoint.handler = lambda body: good_answer(body, honour_format=False)  # ignores it
+    listed = await remote(endpoint, client).embed(texts)
+    assert unit_rows(encoded)
+    np.testing.assert_allclose(encoded, listed, rtol=1e-5, atol=1e-6)
+
+
+async def test_openai_embedder_decodes_large_answers_off_the_event_loop(
+    endpoint: Endpoint, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop_thread = threading.get_ident()
+    decoded_on: list[tuple[int, int]] = []
+    original = OpenAIEmbedder._decode
+
+    def decode(self: OpenAIEmbedder, content: bytes, count: int) -> Any:
+        decoded_on.append((count, threading.get_ident()))
+        return original(self, content, count)
+
+    monkeypatch.setattr(OpenAIEmbedder, "_decode", decode)
+    embedder = remote(endpoint, client, batch_size=64)
+    many = await embedder.embed([f"text {n}" for n in range(THREAD_BATCH + 1)])
+    few = await embedder.embed(["one", "two"])
+    assert many.shape == (THREAD_BATCH + 1, 8)
+    assert few.shape == (2, 8)
+    assert unit_rows(many)
+    assert decoded_on[0][0] == THREAD_BATCH + 1
+    assert decoded_on[0][1] != loop_thread
+    assert decoded_on[1] == (2, loop_thread)
 
 
 async def test_openai_embedder_needs_no_request_for_nothing_and_no_key(

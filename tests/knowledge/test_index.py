@@ -740,3 +740,17 @@ async def test_hybrid_search_survives_a_failing_vector_search(
         top_k=3,
     )
     assert [h.chunk_id for h in hits] == ids
+
+
+async def test_another_owners_flood_of_common_words_never_hides_a_match(
+    database: Database,
+) -> None:
+    """Every query term common: the window of newest matching chunks is the owner's own,
+    so another owner's uploads (newer, and more than the budget) cannot push it out."""
+    await add_base(database, "alice", "kb_a")
+    await add_base(database, "bob", "kb_b")
+    [mine] = await add_document(database, "alice", "kb_a", "d_a", ["the budget report for May"])
+    assert await words(database, "alice", ["kb_a"], "budget report") == [mine]
+    flood = [f"budget report number {n}" for n in range(index.MIN_MATCHES + 100)]
+    await add_document(database, "bob", "kb_b", "d_b", flood)
+    assert await words(database, "alice", ["kb_a"], "budget report") == [mine]

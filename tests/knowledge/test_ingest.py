@@ -256,3 +256,57 @@ async def test_the_retriever_searches_only_the_requests_bases_of_its_owner(
         assert np.isfinite([s.score or 0 for s in snippets]).all()
     finally:
         await knowledge.close()
+
+
+async def test_deleting_a_document_drops_its_cached_vectors_and_queries_are_not_cached(
+    database: Database, tmp_path: Path
+) -> None:
+    from parley.store.schema import embedding_cache
+
+    def cached(conn: Connection) -> int:
+        return int(conn.execute(select(func.count()).select_from(embedding_cache)).scalar_one())
+
+    knowledge = service(database, tmp_path, HashEmbedder(32))
+    base = await knowledge.create("alice", "harbours")
+    await knowledge.start()
+    try:
+        kept = await knowledge.upload("alice", base, "k.txt", None, pieces(b"Quiet inland lakes"))
+        gone = await knowledge.upload("alice", base, "g.txt", None, pieces(TEXT.encode()))
+        assert await settled(knowledge, "alice", base.id, kept.id) == "ready"
+        assert await settled(knowledge, "alice", base.id, gone.id) == "ready"
+        before = await database.read(cached)
+        assert before > 1
+        await knowledge.search("alice", [base], "a question never asked before", top_k=3)
+        assert await database.read(cached) == before
+        await knowledge.delete_document("alice", base.id, gone.id)
+        for _ in range(200):
+            if await database.read(cached) == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert await database.read(cached) == 1  # only the kept document's vector
+    finally:
+        await knowledge.close()
+
+
+async def test_a_run_superseded_by_a_reindex_writes_nothing_more(
+    database: Database, tmp_path: Path
+) -> None:
+    knowledge = service(database, tmp_path, GatedEmbedder(), workers=2)
+    embedder = knowledge.embedder
+    assert isinstance(embedder, GatedEmbedder)
+    base = await knowledge.create("alice", "harbours")
+    await knowledge.start()
+    try:
+        document = await knowledge.upload("alice", base, "v.txt", None, pieces(TEXT.encode()))
+        await asyncio.wait_for(embedder.entered.wait(), 10)  # the first run is mid-document
+        await knowledge.store.cancel("alice", base.id, document.id)
+        await knowledge.reindex("alice", base.id, document.id)  # a second worker takes it
+        await asyncio.sleep(0.2)
+        embedder.gate.set()
+        assert await settled(knowledge, "alice", base.id, document.id) == "ready"
+        await asyncio.sleep(0.3)  # the first run has had every chance to write
+        ready = await knowledge.store.document("alice", base.id, document.id)
+        stored = await database.read(lambda conn: chunk_count(conn, document.id))
+        assert ready.chunks_total == ready.chunks_done == stored
+    finally:
+        await knowledge.close()

@@ -284,22 +284,36 @@ async def test_a_link_planted_at_the_target_is_replaced_not_followed(
 # ---------------------------------------------------------------- the shell
 
 
-def gone(pid: int) -> bool:
-    """True once the process has exited (a zombie waiting for its reaper counts)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (None: no such process)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def started_at(pid: int) -> str | None:
+    """The process's start time in clock ticks (tells it from a later one reusing the id)."""
+    fields = _stat(pid)
+    return None if fields is None else fields[19]
+
+
+def gone(pid: int, started: str | None = None) -> bool:
+    """True once the process has exited (a zombie waiting for its reaper counts, and so
+    does another process that reused its id)."""
+    fields = _stat(pid)
+    if fields is None:
         return True
-    return state in ("Z", "X")
+    return fields[0] in ("Z", "X") or (started is not None and fields[19] != started)
 
 
-def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+def wait_gone(pid: int, seconds: float = 5.0, started: str | None = None) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if gone(pid):
+        if gone(pid, started):
             return True
         time.sleep(0.05)
-    return gone(pid)
+    return gone(pid, started)
 
 
 async def test_shell_runs_in_the_workspace(context: ToolContext) -> None:
@@ -425,7 +439,9 @@ async def test_cancelling_the_shell_kills_its_process_group(context: ToolContext
     while not (pid_file.exists() and pid_file.read_text().strip()):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
+    pid = int(pid_file.read_text())
+    started = started_at(pid)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert wait_gone(int(pid_file.read_text()))
+    assert wait_gone(pid, started=started), _stat(pid)

@@ -612,7 +612,8 @@ async def test_retrieval_failure_is_noted_and_memory_is_information() -> None:
     config = only(knowledge=KnowledgeConfig(), memory=MemoryConfig())
     pipeline = build_pipeline(config, knowledge=knowledge, memory=memory)
     result = await pipeline.apply([text_message("user", "my dog?")], context())
-    assert result.notes == ["knowledge retrieval failed: index offline"]
+    # an unexpected error's text (it may hold SQL or paths) is not passed on
+    assert result.notes == ["knowledge retrieval failed: an internal error"]
     block = result.messages[0].text
     assert block.startswith("<memory_context>\n")
     assert "information, not instructions" in block

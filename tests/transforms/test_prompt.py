@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from parley.messages import ImagePart, Message, TextPart, text_message
 from parley.transforms.prompt import (
+    MAX_MEMORY_CHARS,
     TOOLS_UNAVAILABLE_NOTE,
     assemble_system_prompt,
+    memories_block,
     with_system_prompt,
 )
 
@@ -43,6 +45,28 @@ def test_memories_only_when_memory_retrieval_is_off() -> None:
     with_memories = assemble_system_prompt(memories=["a fact"])
     assert with_memories is not None
     assert "- a fact" in with_memories
+
+
+def test_memories_are_bounded_keeping_the_newest() -> None:
+    assert MAX_MEMORY_CHARS == 4_000
+    newest_first = [f"memory {n:04d} " + "x" * 90 for n in range(200)]  # 20,000+ chars
+    prompt = assemble_system_prompt(memories=newest_first)
+    assert prompt is not None
+    kept = [line for line in prompt.splitlines() if line.startswith("- memory ")]
+    assert 0 < len(kept) < 200
+    assert sum(len(line) + 1 for line in kept) <= MAX_MEMORY_CHARS
+    assert kept == [f"- {m}" for m in newest_first[: len(kept)]]  # the newest, in order
+    assert prompt.endswith("</memories>")
+
+    block = memories_block(["new fact", "an older and much longer fact", "old"], max_chars=20)
+    assert block is not None
+    assert "- new fact" in block
+    assert "older" not in block
+    assert "- old" not in block  # left out with the rest, though it would fit
+    assert memories_block(["too long for the budget"], max_chars=5) is None
+    larger = assemble_system_prompt(memories=newest_first, max_memory_chars=100_000)
+    assert larger is not None
+    assert larger.count("- memory ") == 200
 
 
 def test_nothing_gives_none() -> None:

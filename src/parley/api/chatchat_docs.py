@@ -24,7 +24,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 from starlette.datastructures import FormData, UploadFile
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 
 from parley.api.chatchat_common import (
     CHUNK_SIZE,
@@ -53,6 +53,9 @@ INDEX_WAIT_SECONDS = 60.0
 """How long ``upload_docs`` and ``update_docs`` wait for their files to be indexed."""
 READ_PIECE = 1024 * 1024
 MULTIPART_SLACK = 64 * 1024
+LENGTH_REQUIRED = (
+    "send the upload with a Content-Length header (its size is checked before it is read)"
+)
 INLINE_TYPES = frozenset({"application/pdf", "image/png", "image/jpeg", "image/gif", "image/webp"})
 """Previewed inline as they are; ``text/*`` other than HTML and XML is inline as
 ``text/plain``; everything else is an attachment even with ``preview``."""
@@ -263,16 +266,18 @@ async def list_files(
     return reply(data=[file_json(base, d, n) for n, d in enumerate(files, 1)])
 
 
-@router.post("/upload_docs")
-async def upload_docs(request: Request) -> dict[str, Any]:
+@router.post("/upload_docs", response_model=None)
+async def upload_docs(request: Request) -> dict[str, Any] | JSONResponse:
     """``multipart/form-data``, the fields of Chatchat's ``upload_docs``."""
     service, owner = await caller(request)
     if service is None:
         return disabled()
     settings = service.settings
     declared = request.headers.get("content-length", "")
+    if not declared.isdigit():  # chunked: its size could not be checked before reading
+        return JSONResponse(reply(411, LENGTH_REQUIRED), status_code=411)
     bound = settings.max_files_per_upload * (settings.max_upload_bytes + MULTIPART_SLACK)
-    if declared.isdigit() and int(declared) > bound:
+    if int(declared) > bound:
         raise PayloadTooLarge(
             f"the request is larger than {settings.max_files_per_upload} files of "
             f"{settings.max_upload_bytes} bytes",

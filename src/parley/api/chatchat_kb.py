@@ -114,7 +114,6 @@ Parley's own knowledge-base API (``api/knowledge.py``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -155,6 +154,8 @@ VS_TYPE = "parley"
 MAX_LISTED_CHUNKS = 10_000
 """The most chunks ``search_docs`` lists without a query."""
 MAX_INFO = 2_000
+MAX_FILE_NAME = 255
+"""The longest ``file_name`` pattern ``search_docs`` takes."""
 
 
 # --- request bodies ----------------------------------------------------------------------
@@ -177,7 +178,7 @@ class SearchBody(BaseModel):
     knowledge_base_name: str = Field(max_length=1_000)
     top_k: int = Field(default=VECTOR_SEARCH_TOP_K, ge=0)
     score_threshold: float = Field(default=SCORE_THRESHOLD, ge=0.0, le=MAX_SCORE)
-    file_name: str = Field(default="", max_length=1_000)
+    file_name: str = Field(default="", max_length=MAX_FILE_NAME)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -231,10 +232,50 @@ def distances(results: Sequence[SearchResult]) -> list[float]:
 # --- helpers -----------------------------------------------------------------------------
 
 
-def _like(pattern: str) -> re.Pattern[str]:
+class LikePattern:
+    """A SQL ``LIKE`` pattern (``%`` any run, ``_`` one character; no escape character),
+    matched without case against a whole string.
+
+    Matching is a greedy two-pointer scan that backtracks only to the last ``%`` seen, so
+    it takes at most ``len(pattern) * len(text)`` steps (no regular expression, whose
+    backtracking on patterns like ``%%%%%%%%x`` is exponential).
+    """
+
+    def __init__(self, pattern: str) -> None:
+        folded: list[str] = []
+        for ch in pattern:
+            if ch == "%" and folded and folded[-1] == "%":
+                continue  # consecutive % mean the same as one
+            folded.append(ch if ch in "%_" else ch.lower())
+        self._pattern = folded
+
+    def fullmatch(self, text: str) -> bool:
+        """Whether the whole of ``text`` matches."""
+        pattern = self._pattern
+        chars = [ch.lower() for ch in text]
+        p = t = 0
+        star = -1  # index in pattern of the last % seen
+        resume = 0  # index in text the last % currently stops at
+        while t < len(chars):
+            if p < len(pattern) and pattern[p] != "%" and pattern[p] in ("_", chars[t]):
+                p += 1
+                t += 1
+            elif p < len(pattern) and pattern[p] == "%":
+                star, resume = p, t
+                p += 1
+            elif star >= 0:
+                resume += 1
+                p, t = star + 1, resume
+            else:
+                return False
+        while p < len(pattern) and pattern[p] == "%":
+            p += 1
+        return p == len(pattern)
+
+
+def _like(pattern: str) -> LikePattern:
     """A SQL ``LIKE`` pattern (``%``, ``_``; no escape character), without case."""
-    parts = [".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern]
-    return re.compile("".join(parts), re.IGNORECASE | re.DOTALL)
+    return LikePattern(pattern)
 
 
 def _metadata_matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -369,7 +410,7 @@ async def _file_chunks(
     service: KnowledgeService,
     owner: str,
     base: KnowledgeBase,
-    name_filter: re.Pattern[str] | None,
+    name_filter: LikePattern | None,
     metadata: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The indexed chunks of the base's files that match, file by file, in order

@@ -45,6 +45,18 @@ READ_PIECE = 1024 * 1024
 """Bytes read from an uploaded file per step."""
 MULTIPART_SLACK = 64 * 1024
 """Per-file allowance for multipart headers when checking Content-Length up front."""
+LENGTH_REQUIRED = (
+    "send the upload with a Content-Length header (its size is checked before it is read)"
+)
+
+
+class LengthRequired(InvalidRequest):
+    """An upload sent without Content-Length (chunked), whose size cannot be checked."""
+
+    status = 411
+    code = "length_required"
+
+
 SAFE_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/csv", "application/json"})
 """Content types a download keeps; anything else is served as application/octet-stream."""
 
@@ -333,8 +345,10 @@ async def upload_documents(request: Request, kb: str) -> JSONResponse:
     base = await _base(service, owner, kb)
     settings = service.settings
     declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        raise LengthRequired(LENGTH_REQUIRED, param="files")
     bound = settings.max_files_per_upload * (settings.max_upload_bytes + MULTIPART_SLACK)
-    if declared.isdigit() and int(declared) > bound:
+    if int(declared) > bound:
         raise PayloadTooLarge(
             f"the request is larger than {settings.max_files_per_upload} files of "
             f"{settings.max_upload_bytes} bytes",

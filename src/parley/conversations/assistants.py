@@ -94,7 +94,7 @@ def resolve_tool_policy(
     return max(found, key=lambda policy: _STRICTNESS[policy])
 
 
-REMEMBER = "memory_remember"
+CONFIRMED_MEMORY_TOOLS = ("memory_remember", "memory_forget")
 
 
 def tool_policies(
@@ -105,11 +105,13 @@ def tool_policies(
     confirm_remember: bool,
 ) -> dict[str, ToolPolicy]:
     """Each server tool's approval policy (only those that are not auto). With
-    ``confirm_remember`` (``memory.confirm_remember``), ``memory_remember`` is at least
-    ``ask``: text injected into a page or a document must not plant memories silently."""
+    ``confirm_remember`` (``memory.confirm_remember``), ``memory_remember`` and
+    ``memory_forget`` are at least ``ask``: text injected into a page or a document must
+    not plant or wipe memories silently."""
     found = {name: resolve_tool_policy(assistant, configured, name) for name in server_tools}
-    if confirm_remember and found.get(REMEMBER) == "auto":
-        found[REMEMBER] = "ask"
+    for name in CONFIRMED_MEMORY_TOOLS:
+        if confirm_remember and found.get(name) == "auto":
+            found[name] = "ask"
     return {name: policy for name, policy in found.items() if policy != "auto"}
 
 

@@ -57,9 +57,18 @@ class Citations:
         self._items: list[Citation] = []
         self._by_chunk: dict[str, int] = {}
 
+    def restore(self, saved: Sequence[Citation]) -> None:
+        """Carry on from a paused reply's saved citations: their numbers stay, and the
+        same chunks are not cited twice."""
+        for citation in saved:
+            self._items.append(citation)
+            if citation.chunk_id is not None:
+                self._by_chunk.setdefault(str(citation.chunk_id), citation.rank)
+
     def from_context(self, used: Sequence[UsedSnippet]) -> None:
         for item in used:
-            self._append(item.snippet, item.excerpt, "context")
+            if item.snippet.id not in self._by_chunk:
+                self._append(item.snippet, item.excerpt, "context")
 
     def add(self, snippets: Sequence[Any]) -> list[int]:
         """Record the snippets a knowledge tool returned; their source numbers."""

@@ -224,7 +224,7 @@ class OutgoingBuilder:
                 )
             except Exception as exc:  # memory is best effort, like retrieval
                 log.warning("reading memories for the prompt failed: %s", exc)
-                notes.append(f"memories could not be read: {exc}")
+                notes.append("memories could not be read (see the server log)")
         messages, message_times = self._with_prompt(
             messages, message_times, model, assistant, summary, tools, memories
         )
@@ -521,6 +521,7 @@ class OutgoingBuilder:
             capability_note=note,
             rolling_summary=summary.text if summary is not None else None,
             memories=memories,
+            max_memory_chars=self._settings.memory.max_context_chars,
         )
         if prompt is None:
             return messages, times

@@ -253,6 +253,9 @@ class ConversationService:
         updates: dict[str, tuple[Part, ...]] = {}
         if turn.approvals:
             stored, resume, message_id, prior_cost = await self._history.resumed(turn)
+            if self._citations is not None:  # the paused reply's sources keep their numbers
+                saved = await self._citations.for_messages(turn.owner, [message_id])
+                citations.restore(saved.get(message_id, ()))
             # the paused reply's tools stay on (a client resuming may not resend them)
             used = [p.name for p in resume.parts if isinstance(p, ToolCallPart)]
             server_tools = tuple(

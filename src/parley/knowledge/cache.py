@@ -2,17 +2,21 @@
 
 Re-uploading a document, re-indexing a knowledge base or remembering the same sentence
 twice costs one indexed read instead of a model run. Entries are never wrong (the key is
-the model and the exact text), so they are never invalidated; ``prune`` drops those of
-models no longer in use.
+the model and the exact text), so they are never invalidated. Deleting a document drops
+the vectors of its texts that no other chunk holds (``forget_unused``); ``prune`` drops
+those of models no longer in use. Queries are not cached (``service.py`` embeds them
+directly): they would pile up forever.
 
 What does not belong here: embedding itself (``embeddings.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +26,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from parley.knowledge.types import Embedder, EmbeddingError
 from parley.store.database import Database
-from parley.store.schema import embedding_cache
+from parley.store.schema import embedding_cache, kb_chunks
 
 if TYPE_CHECKING:
     from parley.knowledge.types import Vectors
@@ -64,6 +68,25 @@ class EmbeddingCache:
             for h, vector in zip(missing, fresh, strict=True):
                 found[h] = vector
         return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
+
+    async def forget_unused(self, hashes: Sequence[str]) -> int:
+        """Drop the vectors of these texts that no chunk holds any more (after a
+        document or base is deleted: its vectors go with it); how many."""
+        unique = sorted(set(hashes))
+
+        def transaction(part: list[str], conn: Connection) -> int:
+            used = select(kb_chunks.c.text_hash).where(kb_chunks.c.text_hash.in_(part))
+            statement = delete(embedding_cache).where(
+                embedding_cache.c.text_hash.in_(part), embedding_cache.c.text_hash.not_in(used)
+            )
+            return int(conn.execute(statement).rowcount)
+
+        dropped = 0
+        for start in range(0, len(unique), LOOKUP_BATCH):
+            part = unique[start : start + LOOKUP_BATCH]
+            dropped += await self._db.write(partial(transaction, part))
+            await asyncio.sleep(0)
+        return dropped
 
     async def prune(self, keep_models: Sequence[str]) -> int:
         """Drop the entries of every model not in ``keep_models``; how many."""

@@ -191,8 +191,10 @@ def lexical_search(
     chosen, windowed = _choose(terms, counts, budget)
     floor = 0
     if windowed:
-        wide = [single([term]) for term in chosen]
-        floors = _each(conn, _FLOOR_SQLITE if sqlite else _FLOOR_POSTGRES, wide, budget - 1)
+        floors = [
+            _floor(conn, single([term]), owner, kb_ids, budget - 1, sqlite=sqlite)
+            for term in chosen
+        ]
         rarest = min(range(len(chosen)), key=lambda n: (floors[n], n))
         chosen, floor = [chosen[rarest]], floors[rarest]
     if not chosen:
@@ -255,14 +257,36 @@ _COUNT_POSTGRES = (
     "(SELECT count(*) FROM (SELECT 1 FROM kb_chunks WHERE to_tsvector('simple', terms) "
     "@@ to_tsquery('simple', :t{n}) LIMIT :n{n}) AS s{n})"
 )
+# The window of a common term: the lowest id of the newest budget-many chunks of the
+# owner's searched bases holding it (another owner's uploads never push the owner's own
+# chunks out of the window).
 _FLOOR_SQLITE = (
-    "(SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ? "
-    "ORDER BY rowid DESC LIMIT 1 OFFSET ?)"
+    "SELECT f.rowid FROM kb_chunks_fts AS f CROSS JOIN kb_chunks AS c ON c.id = f.rowid "
+    "WHERE f.kb_chunks_fts MATCH ? AND c.owner = ? AND c.kb_id IN ({kb_ids}) "
+    "ORDER BY f.rowid DESC LIMIT 1 OFFSET ?"
 )
-_FLOOR_POSTGRES = (
-    "(SELECT id FROM kb_chunks WHERE to_tsvector('simple', terms) @@ "
-    "to_tsquery('simple', :t{n}) ORDER BY id DESC LIMIT 1 OFFSET :n{n})"
-)
+_FLOOR_POSTGRES = text(
+    "SELECT id FROM kb_chunks WHERE to_tsvector('simple', terms) @@ "
+    "to_tsquery('simple', :expression) AND owner = :owner AND kb_id IN :kb_ids "
+    "ORDER BY id DESC LIMIT 1 OFFSET :skip"
+).bindparams(bindparam("kb_ids", expanding=True))
+
+
+def _floor(
+    conn: Connection,
+    expression: str,
+    owner: str,
+    kb_ids: Sequence[str],
+    skip: int,
+    *,
+    sqlite: bool,
+) -> int:
+    if sqlite:
+        sql = _FLOOR_SQLITE.format(kb_ids=", ".join("?" * len(kb_ids)))
+        found = _driver(conn, sql, (expression, owner, *kb_ids, skip))
+        return int(found[0][0]) if found else 0
+    params = {"expression": expression, "owner": owner, "kb_ids": list(kb_ids), "skip": skip}
+    return int(conn.execute(_FLOOR_POSTGRES, params).scalar() or 0)
 
 
 def _each(conn: Connection, one: str, expressions: list[str], number: int) -> list[int]:
@@ -342,8 +366,12 @@ def fuse(lists: Sequence[Sequence[tuple[int, float]]], *, k: int = RRF_K, limit:
     ]
 
 
-def fetch_chunks(conn: Connection, owner: str, ids: Sequence[int]) -> dict[int, ChunkView]:
-    """The owner's chunks among ``ids`` (whatever their document's status), by id."""
+def fetch_chunks(
+    conn: Connection, owner: str, ids: Sequence[int], *, ready_only: bool = False
+) -> dict[int, ChunkView]:
+    """The owner's chunks among ``ids``, by id; with ``ready_only``, only those of ready
+    documents (search results: a document that left ``ready`` since the search found
+    it is not returned)."""
     statement = (
         select(
             kb_chunks.c.id,
@@ -359,6 +387,8 @@ def fetch_chunks(conn: Connection, owner: str, ids: Sequence[int]) -> dict[int, 
         .join(kb_documents, kb_documents.c.id == kb_chunks.c.document_id)
         .where(kb_chunks.c.owner == owner, kb_documents.c.owner == owner)
     )
+    if ready_only:
+        statement = statement.where(kb_documents.c.status == "ready")
     found: dict[int, ChunkView] = {}
     unique = list(dict.fromkeys(ids))
     for start in range(0, len(unique), FETCH_BATCH):

@@ -79,7 +79,11 @@ class Ingestor:
         self._workers = workers
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._current: dict[str, asyncio.Task[None]] = {}
+        self._runs: dict[str, int] = {}
+        """The latest indexing run of each document being indexed here: a run that is
+        no longer the latest (the document was cancelled and queued again meanwhile)
+        stops before its next write and leaves the chunks to the newer run."""
+        self._run_count = 0
         self._purges: set[asyncio.Task[None]] = set()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -115,9 +119,12 @@ class Ingestor:
 
     async def _purge_base(self, kb_id: str, documents: list[str]) -> None:
         try:
+            hashes: list[str] = []
             for document_id in documents:
+                hashes += await self._store.chunk_hashes(document_id)
                 await self._store.purge_chunks(document_id)
             await self._store.delete_base_row(kb_id)
+            await self._cache.forget_unused(hashes)
             await asyncio.to_thread(shutil.rmtree, self._files / kb_id, True)
             self._vectors.forget_base(kb_id)
         except asyncio.CancelledError:
@@ -129,11 +136,25 @@ class Ingestor:
         self.idle.clear()
         self._queue.put_nowait(document_id)
 
+    def remove_later(self, kb_id: str, document_id: str) -> None:
+        """``remove`` in the background (the document is already hidden)."""
+        task = asyncio.create_task(self._remove_logged(kb_id, document_id))
+        self._purges.add(task)
+        task.add_done_callback(self._purges.discard)
+
+    async def _remove_logged(self, kb_id: str, document_id: str) -> None:
+        try:
+            await self.remove(kb_id, document_id)
+        except Exception:
+            log.exception("deleting document %s failed; retried at the next start", document_id)
+
     async def remove(self, kb_id: str, document_id: str) -> None:
         """Delete a document already marked ``deleting``: its chunks (a batch at a time),
         its row, its file, and its vectors in memory."""
+        hashes = await self._store.chunk_hashes(document_id)
         await self._store.purge_chunks(document_id)
         await self._store.delete_document_row(document_id)
+        await self._cache.forget_unused(hashes)
         await asyncio.to_thread(document_path(self._files, kb_id, document_id).unlink, True)
         self._vectors.forget_document(kb_id, document_id)
 
@@ -149,12 +170,24 @@ class Ingestor:
                 await self._fail(document_id, "internal error while indexing (see server log)")
             finally:
                 self._queue.task_done()
-                if self._queue.empty() and not self._current:
+                if self._queue.empty() and not self._runs:
                     self.idle.set()
 
     async def _ingest(self, document_id: str) -> None:
         if not await self._store.start_indexing(document_id):
             return  # cancelled or deleted while it waited
+        self._run_count += 1
+        run = self._runs[document_id] = self._run_count
+        try:
+            await self._index(document_id, run)
+        finally:
+            if self._runs.get(document_id) == run:
+                del self._runs[document_id]
+
+    def _superseded(self, document_id: str, run: int) -> bool:
+        return self._runs.get(document_id) != run
+
+    async def _index(self, document_id: str, run: int) -> None:
         document = await self._store.document_by_id(document_id)
         if document is None:
             return
@@ -175,12 +208,13 @@ class Ingestor:
             await self._store.finish(document_id, "failed", error=str(exc))
             return
         except OSError as exc:
-            await self._store.finish(document_id, "failed", error=f"cannot read the file: {exc}")
+            log.warning("document %s: cannot read its file: %s", document_id, exc)
+            await self._store.finish(document_id, "failed", error="the stored file cannot be read")
             return
-        if not await self._store.progress(
+        if self._superseded(document_id, run) or not await self._store.progress(
             document_id, chunks_done=0, chunks_total=len(chunks), pages=pages, title=title
         ):
-            return await self._stopped(document_id)
+            return await self._stopped(document_id, run)
         embedder, note = self._embedder, None
         if embedder is None:
             note = "no embedding model is configured: found by its words only"
@@ -210,21 +244,23 @@ class Ingestor:
                     note = "the knowledge base's embedding model changed: found by words only"
                     embedder, vectors = None, None
                 model_recorded = True
-            await self._write(document, batch, vectors)
+            if not await self._write(document, batch, vectors, run):
+                return await self._stopped(document_id, run)
             done += len(batch)
             if not await self._store.progress(document_id, chunks_done=done):
-                return await self._stopped(document_id)
+                return await self._stopped(document_id, run)
         version = await self._store.finish(document_id, "ready", error=note)
         if version is None:
-            return await self._stopped(document_id)
+            return await self._stopped(document_id, run)
         self._vectors.document_ready(base.id, version, document_id)
         log.info("document %s (%s): %d chunks indexed", document_id, document.filename, done)
 
     async def _write(
-        self, document: Document, chunks: Sequence[Chunk], vectors: Vectors | None
-    ) -> None:
+        self, document: Document, chunks: Sequence[Chunk], vectors: Vectors | None, run: int
+    ) -> bool:
         """Rows are made in a thread (terms, hashes, vector bytes); each transaction on
-        the event loop only writes ``INSERT_BATCH`` of them."""
+        the event loop only writes ``INSERT_BATCH`` of them. False: the run was
+        superseded (nothing more is written)."""
         rows = await asyncio.to_thread(
             chunk_rows,
             owner=document.owner,
@@ -234,12 +270,18 @@ class Ingestor:
             vectors=vectors,
         )
         for start in range(0, len(rows), INSERT_BATCH):
+            if self._superseded(document.id, run):
+                return False
             await self._db.write(partial(_insert, rows[start : start + INSERT_BATCH]))
+            await asyncio.sleep(0)  # an inline SQLite write never yields by itself
+        return True
 
-    async def _stopped(self, document_id: str) -> None:
+    async def _stopped(self, document_id: str, run: int) -> None:
         """The document was cancelled or deleted while indexing: remove what was written
-        (a deletion removes the row itself)."""
-        await self._store.purge_chunks(document_id)
+        (a deletion removes the row itself), unless a newer run owns the document now
+        (it purged what this run wrote when it began)."""
+        if not self._superseded(document_id, run):
+            await self._store.purge_chunks(document_id)
 
     async def _fail(self, document_id: str, error: str) -> None:
         try:

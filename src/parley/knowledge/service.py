@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import httpx
 from sqlalchemy import Connection, select
 
-from parley.errors import ConfigurationError, InvalidRequest
+from parley.errors import ConfigurationError, InvalidRequest, NotFound, Overloaded
 from parley.ids import new_id
 from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
@@ -107,6 +107,7 @@ class KnowledgeService:
 
     async def close(self) -> None:
         await self.ingestor.close()
+        self.vectors.close()
 
     # --- bases -------------------------------------------------------------------------
 
@@ -180,6 +181,12 @@ class KnowledgeService:
                 sha256=digest.hexdigest(),
                 max_pending=self.settings.max_queued_documents,
             )
+        except LookupError:
+            await asyncio.to_thread(path.unlink, True)
+            raise NotFound(
+                f"knowledge base {base.name!r} was deleted during the upload",
+                code="knowledge_base_not_found",
+            ) from None
         except BaseException:
             await asyncio.to_thread(path.unlink, True)
             raise
@@ -187,9 +194,11 @@ class KnowledgeService:
         return document
 
     async def delete_document(self, owner: str, kb_id: str, document_id: str) -> None:
-        """``LookupError``: not the owner's."""
+        """Hide the document at once; its chunks, vectors and file are removed in the
+        background. ``LookupError``: not the owner's."""
         await self.store.mark_document_deleting(owner, kb_id, document_id)
-        await self.ingestor.remove(kb_id, document_id)
+        self.vectors.forget_document(kb_id, document_id)
+        self.ingestor.remove_later(kb_id, document_id)
 
     async def reindex(self, owner: str, kb_id: str, document_id: str) -> Document:
         document = await self.store.requeue(
@@ -202,19 +211,26 @@ class KnowledgeService:
     async def reindex_base(self, owner: str, base: KnowledgeBase) -> int:
         """Index every document of the base again, with the server's current embedding
         model (Langchain-Chatchat's ``recreate_vector_store``); how many were queued."""
+        # every document must fit in the queue first: a base half re-indexed would hold
+        # vectors of two models
+        waiting = await self.store.pending_count()
+        ready: list[Document] = []
+        after: str | None = None
+        while page := await self.store.documents(owner, base.id, limit=500, after=after):
+            ready += [d for d in page if d.status not in ("queued", "indexing")]
+            after = page[-1].id
+        if waiting + len(ready) > self.settings.max_queued_documents:
+            raise Overloaded(
+                f"{len(ready)} documents do not fit in the ingestion queue now "
+                f"({waiting} waiting); try again later",
+                code="ingestion_queue_full",
+                retry_after=30,
+            )
         await self.store.reset_embedding_model(owner, base.id)
         self.vectors.forget_base(base.id)
-        queued = 0
-        after: str | None = None
-        while True:
-            documents = await self.store.documents(owner, base.id, limit=200, after=after)
-            if not documents:
-                return queued
-            for document in documents:
-                if document.status not in ("queued", "indexing"):
-                    await self.reindex(owner, base.id, document.id)
-                    queued += 1
-            after = documents[-1].id
+        for document in ready:
+            await self.reindex(owner, base.id, document.id)
+        return len(ready)
 
     def file(self, document: Document) -> Path:
         return document_path(self._files, document.kb_id, document.id)
@@ -260,7 +276,7 @@ class KnowledgeService:
         if not hits:
             return []
         chunks = await self._db.read(
-            lambda conn: fetch_chunks(conn, owner, [h.chunk_id for h in hits])
+            lambda conn: fetch_chunks(conn, owner, [h.chunk_id for h in hits], ready_only=True)
         )
         names = {b.id: b.name for b in bases}
         results: list[SearchResult] = []
@@ -277,7 +293,7 @@ class KnowledgeService:
         if embedder is None or not any(b.embedding_model == embedder.model for b in bases):
             return None
         try:
-            vectors = await self.cache.embed(embedder, [query])
+            vectors = await embedder.embed([query])  # not cached: queries pile up
         except (EmbeddingError, httpx.HTTPError) as exc:
             log.warning("query embedding failed; searching by words only: %s", exc)
             return None

@@ -96,11 +96,16 @@ class KnowledgeSettings(_Section):
 class MemorySettings(_Section):
     confirm_remember: bool = Field(
         default=True,
-        description="memory_remember waits for a person's approval (tools.approval can "
-        "only make it stricter), so injected text cannot plant memories silently.",
+        description="memory_remember and memory_forget wait for a person's approval "
+        "(tools.approval can only make them stricter), so injected text cannot plant or "
+        "wipe memories silently.",
     )
     top_k: int = Field(default=6, ge=1, le=50, description="Memories put into the request.")
-    max_context_chars: int = Field(default=4_000, ge=200)
+    max_context_chars: int = Field(
+        default=4_000,
+        ge=200,
+        description="The most memory text in a request (retrieved, or in the system prompt).",
+    )
     prompt_limit: int = Field(
         default=50, ge=1, le=1_000, description="Memories in the prompt when retrieval is off."
     )

@@ -7,7 +7,9 @@ answers with an error result.
 - ``kb_search``: the best passages for a query (4 by default, at most 6), each with its
   source number, file, page and section. Every passage returned becomes a citation of the
   reply under that number (numbers continue after those of ``<knowledge_context>``; a
-  passage already given keeps its number). With no match, it says so.
+  passage already given keeps its number). With no match, it says so. Each passage's
+  text is fenced as untrusted content (``fence_untrusted``): a document cannot speak as
+  the system.
 - ``kb_list``: the knowledge bases and how many documents and passages each holds.
 
 What does not belong here: searching (``service.py``), saving citations.
@@ -20,6 +22,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from parley.knowledge.service import KnowledgeService
+from parley.tools.builtins.web import fence_untrusted
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError
 
@@ -73,7 +76,11 @@ async def kb_search(
                 "page": result.chunk.page,
                 "section": result.chunk.section,
                 "knowledge_base": result.kb_name,
-                "text": result.chunk.text[:PASSAGE_CHARS],
+                "text": fence_untrusted(
+                    result.chunk.text[:PASSAGE_CHARS],
+                    source=f"knowledge base {result.kb_name!r}, file {result.chunk.filename!r}",
+                    kind="DOCUMENT CONTENT",
+                ),
             }
             for number, result in zip(numbers, results, strict=True)
         ],

@@ -19,7 +19,8 @@ of no assistant); every call names the owner and the scope, and sees nothing els
 
 Vectors are read from the database for every recall (at most ``store.MAX_VECTORS``,
 the newest): there is no cache to fall out of step, so a deleted or edited memory is
-never found by its old vector.
+never found by its old vector. The scoring (normalising up to ``MAX_VECTORS`` vectors)
+runs on a worker thread, off the event loop.
 
 What does not belong here: SQL (``store.py``), the model's tools (``tools.py``), the
 wire format (``api/memories.py``), where retrieved memories go in a request
@@ -28,6 +29,7 @@ wire format (``api/memories.py``), where retrieved memories go in a request
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -168,9 +170,9 @@ class MemoryService:
                 query_vector.shape[0],
             )
             return []
-        similarity = _unit_rows(matrix) @ _unit_rows(query_vector[None, :])[0]
-        order = np.argsort(-similarity, kind="stable")[:limit]
-        return [(found[i], float(similarity[i])) for i in order if similarity[i] > 0]
+        # normalising thousands of vectors takes tens of ms: off the event loop
+        ranked = await asyncio.to_thread(_rank, matrix, query_vector, limit)
+        return [(found[i], score) for i, score in ranked]
 
     async def _embed_query(
         self, owner: str, scope: str, query: str, embedder: Embedder
@@ -260,6 +262,14 @@ async def _embed(embedder: Embedder, texts: Sequence[str]) -> list[Vector]:
             raise ValueError("the embedder returned an unusable vector")
         rows.append(row)
     return rows
+
+
+def _rank(matrix: Vector, query_vector: Vector, limit: int) -> list[tuple[int, float]]:
+    """(row, cosine similarity) of the ``limit`` rows most like the query, best first,
+    positive similarities only."""
+    similarity = _unit_rows(matrix) @ _unit_rows(query_vector[None, :])[0]
+    order = np.argsort(-similarity, kind="stable")[:limit]
+    return [(int(i), float(similarity[i])) for i in order if similarity[i] > 0]
 
 
 def _unit_rows(matrix: Vector) -> Vector:

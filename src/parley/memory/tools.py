@@ -9,7 +9,9 @@ A memory outside the scope is not found, like one that does not exist.
   conversation it came from. Whether a person must approve it first is the approval
   policy's business (``memory.confirm_remember``), not this module's.
 - ``memory_recall``: JSON ``{"results": [{"id", "text", "created_at"}]}``, best match
-  first; ``created_at`` is ISO 8601 in the server's time zone, to the second.
+  first; ``created_at`` is ISO 8601 in the server's time zone, to the second. Each
+  ``text`` is fenced as untrusted content (``fence_untrusted``), since what was saved
+  may have come from a document or a web page.
 - ``memory_forget``: JSON ``{"id", "deleted": true}``.
 
 What does not belong here: storage and ranking (``store.py``, ``service.py``), the
@@ -26,6 +28,7 @@ from pydantic import Field
 from parley.errors import ParleyError
 from parley.memory.service import MemoryService
 from parley.memory.store import MAX_TEXT_CHARS
+from parley.tools.builtins.web import fence_untrusted
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError
 
@@ -85,7 +88,9 @@ async def memory_recall(
         "results": [
             {
                 "id": hit.memory.id,
-                "text": hit.memory.text,
+                "text": fence_untrusted(
+                    hit.memory.text, source=f"memory {hit.memory.id}", kind="MEMORY"
+                ),
                 "created_at": _iso(hit.memory.created_at),
             }
             for hit in found

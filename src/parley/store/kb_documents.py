@@ -14,6 +14,7 @@ own SQL (``knowledge/index.py``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,6 +27,8 @@ from parley.store.schema import kb_chunks, kb_documents, knowledge_bases
 
 DocumentStatus = Literal["queued", "indexing", "ready", "failed", "cancelled", "deleting"]
 PENDING: tuple[DocumentStatus, ...] = ("queued", "indexing")
+PURGE_PAUSE = 0.002
+"""Seconds between two purge transactions."""
 PURGE_BATCH = 64
 """Chunks deleted per transaction: with the FTS5 trigger a chunk costs 0.2-0.4 ms, and
 SQLite writes run on the event loop."""
@@ -87,15 +90,14 @@ class DocumentOps:
         }
 
         def transaction(conn: Connection) -> None:
-            pending = conn.execute(
-                select(func.count()).where(kb_documents.c.status.in_(PENDING))
-            ).scalar_one()
-            if pending >= max_pending:
-                raise Overloaded(
-                    f"{pending} documents are waiting to be indexed; try again later",
-                    code="ingestion_queue_full",
-                    retry_after=30,
+            _check_room(conn, max_pending)
+            live = conn.execute(
+                select(knowledge_bases.c.id).where(
+                    knowledge_bases.c.id == kb_id, knowledge_bases.c.deleting.is_(False)
                 )
+            ).first()
+            if live is None:
+                raise LookupError(kb_id)  # deleted while the file was uploading
             conn.execute(kb_documents.insert().values(**values))
             conn.execute(
                 update(knowledge_bases).where(knowledge_bases.c.id == kb_id).values(updated_at=now)
@@ -119,6 +121,15 @@ class DocumentOps:
             if row is None:
                 raise LookupError(document_id)
             return _document(row._mapping)
+
+        return await self._db.read(query)
+
+    async def pending_count(self) -> int:
+        """Documents waiting or being indexed, server-wide."""
+
+        def query(conn: Connection) -> int:
+            statement = select(func.count()).where(kb_documents.c.status.in_(PENDING))
+            return int(conn.execute(statement).scalar_one())
 
         return await self._db.read(query)
 
@@ -281,16 +292,7 @@ class DocumentOps:
         ``LookupError``: not the owner's; ``Conflict``: not pending."""
 
         def transaction(conn: Connection) -> None:
-            status = conn.execute(
-                select(kb_documents.c.status).where(
-                    kb_documents.c.id == document_id,
-                    kb_documents.c.kb_id == kb_id,
-                    kb_documents.c.owner == owner,
-                    kb_documents.c.status != "deleting",
-                )
-            ).scalar()
-            if status is None:
-                raise LookupError(document_id)
+            status = _status(conn, owner, kb_id, document_id)
             if status not in PENDING:
                 raise Conflict(
                     f"document {document_id} is {status}, not waiting or indexing",
@@ -312,29 +314,12 @@ class DocumentOps:
         stop being searched now). ``Conflict`` while it is still pending."""
 
         def transaction(conn: Connection) -> None:
-            status = conn.execute(
-                select(kb_documents.c.status).where(
-                    kb_documents.c.id == document_id,
-                    kb_documents.c.kb_id == kb_id,
-                    kb_documents.c.owner == owner,
-                    kb_documents.c.status != "deleting",
-                )
-            ).scalar()
-            if status is None:
-                raise LookupError(document_id)
+            status = _status(conn, owner, kb_id, document_id)
             if status in PENDING:
                 raise Conflict(
                     f"document {document_id} is already {status}", code="already_pending"
                 )
-            pending = conn.execute(
-                select(func.count()).where(kb_documents.c.status.in_(PENDING))
-            ).scalar_one()
-            if pending >= max_pending:
-                raise Overloaded(
-                    f"{pending} documents are waiting to be indexed; try again later",
-                    code="ingestion_queue_full",
-                    retry_after=30,
-                )
+            _check_room(conn, max_pending)
             conn.execute(
                 update(kb_documents)
                 .where(kb_documents.c.id == document_id)
@@ -366,6 +351,17 @@ class DocumentOps:
 
         await self._db.write(transaction)
 
+    async def chunk_hashes(self, document_id: str) -> list[str]:
+        """The text hashes of the document's chunks (its cached vectors' keys)."""
+
+        def query(conn: Connection) -> list[str]:
+            rows = conn.execute(
+                select(kb_chunks.c.text_hash).where(kb_chunks.c.document_id == document_id)
+            )
+            return [str(h) for h in rows.scalars()]
+
+        return await self._db.read(query)
+
     async def purge_chunks(self, document_id: str) -> None:
         """Delete the document's chunks (and, by trigger, their index entries) a batch
         per transaction."""
@@ -377,14 +373,46 @@ class DocumentOps:
             )
             return int(result.rowcount)
 
-        while await self._db.write(transaction) >= PURGE_BATCH:
-            pass
+        # SQLite writes run inline on the event loop: each batch is followed by a real
+        # pause, so that other requests run between them
+        while True:
+            if await self._db.write(transaction) < PURGE_BATCH:
+                return
+            await asyncio.sleep(PURGE_PAUSE)
 
     async def delete_document_row(self, document_id: str) -> None:
         def transaction(conn: Connection) -> None:
             conn.execute(delete(kb_documents).where(kb_documents.c.id == document_id))
 
         await self._db.write(transaction)
+
+
+def _status(conn: Connection, owner: str, kb_id: str, document_id: str) -> str:
+    """The status of the owner's document in this base; ``LookupError`` if none."""
+    status = conn.execute(
+        select(kb_documents.c.status).where(
+            kb_documents.c.id == document_id,
+            kb_documents.c.kb_id == kb_id,
+            kb_documents.c.owner == owner,
+            kb_documents.c.status != "deleting",
+        )
+    ).scalar()
+    if status is None:
+        raise LookupError(document_id)
+    return str(status)
+
+
+def _check_room(conn: Connection, max_pending: int) -> None:
+    """``Overloaded`` when ``max_pending`` documents are already waiting or indexing."""
+    pending = conn.execute(
+        select(func.count()).where(kb_documents.c.status.in_(PENDING))
+    ).scalar_one()
+    if pending >= max_pending:
+        raise Overloaded(
+            f"{pending} documents are waiting to be indexed; try again later",
+            code="ingestion_queue_full",
+            retry_after=30,
+        )
 
 
 def _bump(conn: Connection, kb_id: str) -> int:

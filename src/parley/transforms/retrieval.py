@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from parley.errors import ParleyError
 from parley.messages import Message, TextPart
 from parley.transforms.context import (
     Snippet,
@@ -201,7 +202,9 @@ async def _retrieve(
         found = await retriever.retrieve(query, context)
     except Exception as exc:  # retrieval is best effort: the request goes on without it
         log.warning("%s retrieval failed: %s", what, exc, exc_info=True)
-        context.report.note(f"{what} retrieval failed: {exc}")
+        # a ParleyError's message is written for users; anything else may hold SQL or paths
+        reason = exc.message if isinstance(exc, ParleyError) else "an internal error"
+        context.report.note(f"{what} retrieval failed: {reason}")
         return None
     return select_snippets(
         found,
