@@ -10,7 +10,7 @@ import openai
 import pytest
 from tests.conftest import server_config
 from tests.support.mock_openai import MockOpenAI
-from tests.support.server import ParleyServer
+from tests.support.server import ParleyServer, api_error
 
 
 @pytest.fixture(scope="module")
@@ -26,38 +26,24 @@ def keys(server: ParleyServer) -> dict[str, str]:
     return {owner: server.create_key(owner) for owner in ("alice", "bob")}
 
 
-def _client(server: ParleyServer, key: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=f"{server.url}/v1",
-        headers={"authorization": f"Bearer {key}"},
-        timeout=10,
-    )
-
-
 @pytest.fixture
 def alice(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["alice"]) as client:
+    with server.client(keys["alice"]) as client:
         yield client
     _delete_all(server, keys["alice"])
 
 
 @pytest.fixture
 def bob(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["bob"]) as client:
+    with server.client(keys["bob"]) as client:
         yield client
     _delete_all(server, keys["bob"])
 
 
 def _delete_all(server: ParleyServer, key: str) -> None:
-    with _client(server, key) as client:
+    with server.client(key) as client:
         for assistant in client.get("/assistants", params={"limit": 100}).json()["data"]:
             client.delete(f"/assistants/{assistant['id']}")
-
-
-def _error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    return error
 
 
 FULL = {
@@ -129,14 +115,14 @@ def test_create_read_update_delete(alice: httpx.Client) -> None:
 
     renamed = alice.patch("/assistants/Researcher", json={"name": "Scholar"})
     assert renamed.json()["name"] == "Scholar"
-    _error(alice.get("/assistants/Researcher"), 404)
+    api_error(alice.get("/assistants/Researcher"), 404)
 
     deleted = alice.delete("/assistants/Scholar")
     assert deleted.json() == {"id": body["id"], "object": "assistant.deleted", "deleted": True}
-    error = _error(alice.get(f"/assistants/{body['id']}"), 404)
+    error = api_error(alice.get(f"/assistants/{body['id']}"), 404)
     assert error["code"] == "assistant_not_found"
-    _error(alice.delete(f"/assistants/{body['id']}"), 404)
-    _error(alice.patch(f"/assistants/{body['id']}", json={"description": "x"}), 404)
+    api_error(alice.delete(f"/assistants/{body['id']}"), 404)
+    api_error(alice.patch(f"/assistants/{body['id']}", json={"description": "x"}), 404)
 
 
 def test_a_minimal_assistant(alice: httpx.Client) -> None:
@@ -188,7 +174,7 @@ def test_a_minimal_assistant(alice: httpx.Client) -> None:
 def test_invalid_bodies_are_400_naming_the_field(
     alice: httpx.Client, body: dict[str, Any], param: str, words: str
 ) -> None:
-    error = _error(alice.post("/assistants", json=body), 400)
+    error = api_error(alice.post("/assistants", json=body), 400)
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"
     assert words in error["message"]
@@ -196,22 +182,24 @@ def test_invalid_bodies_are_400_naming_the_field(
 
 def test_an_invalid_update_changes_nothing(alice: httpx.Client) -> None:
     created = alice.post("/assistants", json={"name": "steady", "tools": ["web_fetch"]}).json()
-    error = _error(alice.patch("/assistants/steady", json={"regex_rules": [{"pattern": "["}]}), 400)
+    error = api_error(
+        alice.patch("/assistants/steady", json={"regex_rules": [{"pattern": "["}]}), 400
+    )
     assert error["param"] == "regex_rules.0.pattern"
-    error = _error(alice.patch("/assistants/steady", json={"tools": ["web_fetch", "nope"]}), 400)
+    error = api_error(alice.patch("/assistants/steady", json={"tools": ["web_fetch", "nope"]}), 400)
     assert (error["param"], error["code"]) == ("tools.1", "unknown_tool")
-    _error(alice.patch("/assistants/steady", json={"name": None}), 400)
-    _error(alice.patch("/assistants/steady", json={"unknown": 1}), 400)
+    api_error(alice.patch("/assistants/steady", json={"name": None}), 400)
+    api_error(alice.patch("/assistants/steady", json={"unknown": 1}), 400)
     assert alice.get(f"/assistants/{created['id']}").json() == created
 
 
 def test_names_are_unique_per_owner(alice: httpx.Client, bob: httpx.Client) -> None:
     alice.post("/assistants", json={"name": "twin"}).raise_for_status()
     other = alice.post("/assistants", json={"name": "other"}).json()
-    error = _error(alice.post("/assistants", json={"name": "twin"}), 409)
+    error = api_error(alice.post("/assistants", json={"name": "twin"}), 409)
     assert (error["param"], error["code"]) == ("name", "assistant_name_taken")
     assert "twin" in error["message"]
-    _error(alice.patch(f"/assistants/{other['id']}", json={"name": "twin"}), 409)
+    api_error(alice.patch(f"/assistants/{other['id']}", json={"name": "twin"}), 409)
     assert alice.get(f"/assistants/{other['id']}").json()["name"] == "other"
     # another owner may use the same name
     assert bob.post("/assistants", json={"name": "twin"}).status_code == 200
@@ -225,7 +213,7 @@ def test_another_owners_assistant_is_not_found(alice: httpx.Client, bob: httpx.C
             bob.patch(f"/assistants/{reference}", json={"system_prompt": "bob was here"}),
             bob.delete(f"/assistants/{reference}"),
         ):
-            assert _error(response, 404)["code"] == "assistant_not_found"
+            assert api_error(response, 404)["code"] == "assistant_not_found"
     assert bob.get("/assistants").json()["data"] == []
     assert alice.get(f"/assistants/{mine['id']}").json() == mine
 
@@ -233,7 +221,7 @@ def test_another_owners_assistant_is_not_found(alice: httpx.Client, bob: httpx.C
 def test_keys_are_required(server: ParleyServer, keys: dict[str, str]) -> None:
     response = httpx.get(f"{server.url}/v1/assistants")
     assert response.status_code == 401
-    with _client(server, "sk-parley-wrong") as stranger:
+    with server.client("sk-parley-wrong") as stranger:
         assert stranger.post("/assistants", json={"name": "x"}).status_code == 401
 
 
@@ -252,8 +240,8 @@ def test_pages_run_newest_first(alice: httpx.Client, bob: httpx.Client) -> None:
             break
         params["after"] = page["last_id"]
     assert seen == names[::-1]
-    _error(alice.get("/assistants", params={"limit": 0}), 400)
-    _error(alice.get("/assistants", params={"limit": 101}), 400)
+    api_error(alice.get("/assistants", params={"limit": 0}), 400)
+    api_error(alice.get("/assistants", params={"limit": 101}), 400)
 
 
 def test_the_openai_client_reaches_the_routes(server: ParleyServer, keys: dict[str, str]) -> None:

@@ -11,7 +11,7 @@ import openai
 import pytest
 from tests.conftest import db_rows, server_config
 from tests.support.mock_openai import MockOpenAI
-from tests.support.server import ParleyServer
+from tests.support.server import ParleyServer, api_error
 
 HISTORY = [
     {"role": "user", "content": "Plan a trip: 3 days in Rome, budget 900 EUR."},
@@ -40,21 +40,15 @@ def keys(server: ParleyServer) -> dict[str, str]:
     return {owner: server.create_key(owner) for owner in ("alice", "bob")}
 
 
-def _client(server: ParleyServer, key: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=f"{server.url}/v1", headers={"authorization": f"Bearer {key}"}, timeout=30
-    )
-
-
 @pytest.fixture
 def alice(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["alice"]) as client:
+    with server.client(keys["alice"]) as client:
         yield client
 
 
 @pytest.fixture
 def bob(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["bob"]) as client:
+    with server.client(keys["bob"]) as client:
         yield client
 
 
@@ -70,12 +64,6 @@ def _ids(client: httpx.Client, conversation_id: str) -> list[str]:
     response = client.get(f"/conversations/{conversation_id}")
     assert response.status_code == 200, response.text
     return [m["id"] for m in response.json()["messages"]]
-
-
-def _error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    return error
 
 
 def test_compact_read_and_revert(alice: httpx.Client, upstream: MockOpenAI) -> None:
@@ -145,26 +133,28 @@ def test_compact_with_another_model_and_no_body(alice: httpx.Client, upstream: M
     assert upstream.requests[-1]["model"] == "mock-large"
 
     # nothing new since, and no instructions
-    error = _error(alice.post(f"/conversations/{cid}/compact"), 400)
+    error = api_error(alice.post(f"/conversations/{cid}/compact"), 400)
     assert error["code"] == "nothing_to_summarise"
 
 
 def test_compact_refusals(alice: httpx.Client, upstream: MockOpenAI) -> None:
     short = _conversation(alice, upstream, [{"role": "user", "content": "Hello"}])
-    error = _error(alice.post(f"/conversations/{short}/compact", json={}), 400)
+    error = api_error(alice.post(f"/conversations/{short}/compact", json={}), 400)
     assert error["code"] == "nothing_to_summarise"
 
     cid = _conversation(alice, upstream, HISTORY)
-    error = _error(alice.post(f"/conversations/{cid}/compact", json={"colour": "red"}), 400)
+    error = api_error(alice.post(f"/conversations/{cid}/compact", json={"colour": "red"}), 400)
     assert "colour" in error["message"]
-    error = _error(alice.post(f"/conversations/{cid}/compact", json={"model": "dead/other"}), 404)
+    error = api_error(
+        alice.post(f"/conversations/{cid}/compact", json={"model": "dead/other"}), 404
+    )
     assert error["code"] == "model_not_found"
 
     upstream.queue_error(500, "upstream down")
-    error = _error(alice.post(f"/conversations/{cid}/compact", json={}), 502)
+    error = api_error(alice.post(f"/conversations/{cid}/compact", json={}), 502)
     assert alice.get(f"/conversations/{cid}/summary").json()["summary"] is None
 
-    error = _error(alice.get("/conversations/conv_missing/summary"), 404)
+    error = api_error(alice.get("/conversations/conv_missing/summary"), 404)
     assert error["code"] == "conversation_not_found"
 
 
@@ -180,7 +170,7 @@ def test_another_owner_sees_nothing(
         bob.post(f"/conversations/{cid}/compact", json={"instructions": "x"}),
         bob.delete(f"/conversations/{cid}/summary"),
     ):
-        assert _error(response, 404)["code"] == "conversation_not_found"
+        assert api_error(response, 404)["code"] == "conversation_not_found"
     assert len(upstream.requests) == requests
     assert alice.get(f"/conversations/{cid}/summary").json()["summary"] is not None
 

@@ -18,7 +18,7 @@ import pytest
 from docx import Document as DocxDocument
 from tests.conftest import server_config
 from tests.support.mock_openai import MockOpenAI
-from tests.support.server import ParleyServer
+from tests.support.server import ParleyServer, api_error
 
 MAX_UPLOAD = 200_000
 FINISHED = ("ready", "failed", "cancelled")
@@ -39,14 +39,6 @@ def keys(server: ParleyServer) -> dict[str, str]:
     return {owner: server.create_key(owner) for owner in ("alice", "bob")}
 
 
-def _client(server: ParleyServer, key: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=f"{server.url}/v1",
-        headers={"authorization": f"Bearer {key}"},
-        timeout=30,
-    )
-
-
 def _delete_all(client: httpx.Client) -> None:
     for base in client.get("/knowledge_bases", params={"limit": 100}).json()["data"]:
         client.delete(f"/knowledge_bases/{base['id']}")
@@ -54,22 +46,16 @@ def _delete_all(client: httpx.Client) -> None:
 
 @pytest.fixture
 def alice(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["alice"]) as client:
+    with server.client(keys["alice"]) as client:
         yield client
         _delete_all(client)
 
 
 @pytest.fixture
 def bob(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["bob"]) as client:
+    with server.client(keys["bob"]) as client:
         yield client
         _delete_all(client)
-
-
-def _error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    return error
 
 
 def _create(client: httpx.Client, name: str, **fields: Any) -> dict[str, Any]:
@@ -200,7 +186,7 @@ def test_create_read_update_delete(alice: httpx.Client) -> None:
     assert alice.get(f"/knowledge_bases/{created['id']}").json() == created
     assert alice.get("/knowledge_bases/papers").json() == created  # by name too
 
-    error = _error(alice.post("/knowledge_bases", json={"name": "papers"}), 409)
+    error = api_error(alice.post("/knowledge_bases", json={"name": "papers"}), 409)
     assert error["code"] == "knowledge_base_exists"
 
     patched = alice.patch(
@@ -208,10 +194,12 @@ def test_create_read_update_delete(alice: httpx.Client) -> None:
     )
     assert patched.status_code == 200, patched.text
     assert (patched.json()["name"], patched.json()["description"]) == ("articles", "Reading")
-    assert _error(alice.get("/knowledge_bases/papers"), 404)["code"] == "knowledge_base_not_found"
+    assert (
+        api_error(alice.get("/knowledge_bases/papers"), 404)["code"] == "knowledge_base_not_found"
+    )
     _create(alice, "papers")
     assert (
-        _error(alice.patch("/knowledge_bases/papers", json={"name": "articles"}), 409)["param"]
+        api_error(alice.patch("/knowledge_bases/papers", json={"name": "articles"}), 409)["param"]
         == "name"
     )
 
@@ -222,10 +210,10 @@ def test_create_read_update_delete(alice: httpx.Client) -> None:
         "deleted": True,
     }
     assert (
-        _error(alice.get(f"/knowledge_bases/{created['id']}"), 404)["code"]
+        api_error(alice.get(f"/knowledge_bases/{created['id']}"), 404)["code"]
         == "knowledge_base_not_found"
     )
-    _error(alice.delete(f"/knowledge_bases/{created['id']}"), 404)
+    api_error(alice.delete(f"/knowledge_bases/{created['id']}"), 404)
 
 
 def test_list_is_paged_newest_first(alice: httpx.Client) -> None:
@@ -236,7 +224,7 @@ def test_list_is_paged_newest_first(alice: httpx.Client) -> None:
     rest = alice.get("/knowledge_bases", params={"limit": 2, "after": first["last_id"]}).json()
     assert [b["id"] for b in rest["data"]] == [ids[0]]
     assert rest["has_more"] is False
-    _error(alice.get("/knowledge_bases", params={"limit": 0}), 400)
+    api_error(alice.get("/knowledge_bases", params={"limit": 0}), 400)
 
 
 @pytest.mark.parametrize(
@@ -254,7 +242,7 @@ def test_list_is_paged_newest_first(alice: httpx.Client) -> None:
     ],
 )
 def test_invalid_bodies_are_400(alice: httpx.Client, body: dict[str, Any], param: str) -> None:
-    error = _error(alice.post("/knowledge_bases", json=body), 400)
+    error = api_error(alice.post("/knowledge_bases", json=body), 400)
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"
 
@@ -321,16 +309,16 @@ def test_search_across_bases(alice: httpx.Client) -> None:
     assert [r["rank"] for r in results] == [1, 2]
     assert {r["knowledge_base"] for r in results} == {"one", "two"}
 
-    error = _error(
+    error = api_error(
         alice.post("/knowledge_bases/search", json={"query": "x", "knowledge_bases": ["nope"]}), 404
     )
     assert error["code"] == "knowledge_base_not_found"
-    assert _error(
+    assert api_error(
         alice.post("/knowledge_bases/search", json={"query": "x", "knowledge_bases": []}), 400
     )
-    _error(alice.post("/knowledge_bases/one/search", json={"query": ""}), 400)
-    _error(alice.post("/knowledge_bases/one/search", json={"query": "x", "top_k": 51}), 400)
-    _error(alice.post("/knowledge_bases/one/search", json={"query": "x", "mode": "fast"}), 400)
+    api_error(alice.post("/knowledge_bases/one/search", json={"query": ""}), 400)
+    api_error(alice.post("/knowledge_bases/one/search", json={"query": "x", "top_k": 51}), 400)
+    api_error(alice.post("/knowledge_bases/one/search", json={"query": "x", "mode": "fast"}), 400)
 
 
 def test_document_content_is_an_attachment(alice: httpx.Client) -> None:
@@ -362,15 +350,17 @@ def test_too_large_and_empty_files_are_refused_one_by_one(alice: httpx.Client) -
     assert failed["empty.txt"]["code"] == "empty_file"
     assert "error" in failed["big.txt"]
 
-    error = _error(_upload(alice, "limits", {"big.txt": big}), 413)
+    error = api_error(_upload(alice, "limits", {"big.txt": big}), 413)
     assert error["code"] == "file_too_large"
-    assert _error(_upload(alice, "limits", {"a.txt": b"", "b.txt": big}), 400)["param"] == "files"
     assert (
-        _error(alice.post("/knowledge_bases/limits/documents", data={"x": "1"}), 400)["code"]
+        api_error(_upload(alice, "limits", {"a.txt": b"", "b.txt": big}), 400)["param"] == "files"
+    )
+    assert (
+        api_error(alice.post("/knowledge_bases/limits/documents", data={"x": "1"}), 400)["code"]
         == "missing_files"
     )
     many = {f"{n}.txt": b"x" for n in range(11)}
-    assert _error(_upload(alice, "limits", many), 400)["code"] == "too_many_files"
+    assert api_error(_upload(alice, "limits", many), 400)["code"] == "too_many_files"
     counts = alice.get("/knowledge_bases/limits/documents").json()["counts"]
     assert sum(counts.values()) == 1  # nothing of the refused files was kept
 
@@ -400,7 +390,7 @@ def test_an_upload_without_content_length_is_refused(alice: httpx.Client) -> Non
     headers, body = _chunked_multipart({"files": ("a.txt", b"chunked upload")})
     response = alice.post("/knowledge_bases/chunked/documents", headers=headers, content=body)
     assert "content-length" not in response.request.headers
-    error = _error(response, 411)
+    error = api_error(response, 411)
     assert error["code"] == "length_required"
     assert alice.get("/knowledge_bases/chunked/documents").json()["data"] == []
 
@@ -443,13 +433,13 @@ def test_cancel_a_queued_document(alice: httpx.Client) -> None:
         final = _wait(alice, "busy", [d["id"] for d in documents], timeout=120)
         assert final[last["id"]]["status"] == "cancelled"  # the worker skipped it
         assert _search(alice, "busy", "yoinkplex") == []
-        again = _error(alice.post(f"/knowledge_bases/busy/documents/{last['id']}/cancel"), 409)
+        again = api_error(alice.post(f"/knowledge_bases/busy/documents/{last['id']}/cancel"), 409)
         assert again["code"] == "not_cancellable"
         reindexed = alice.post(f"/knowledge_bases/busy/documents/{last['id']}/reindex")
         assert reindexed.status_code == 202, reindexed.text
         assert reindexed.json()["status"] == "queued"
     else:  # the worker was faster than the request: it is already indexed
-        assert _error(cancelled, 409)["code"] == "not_cancellable"
+        assert api_error(cancelled, 409)["code"] == "not_cancellable"
     final = _wait(alice, "busy", [last["id"]], timeout=120)
     assert final[last["id"]]["status"] == "ready"
     assert _search(alice, "busy", "yoinkplex")[0]["document_id"] == last["id"]
@@ -489,7 +479,7 @@ def test_delete_a_document(alice: httpx.Client) -> None:
         alice.delete(f"/knowledge_bases/pruned/documents/{gone}"),
         alice.post(f"/knowledge_bases/pruned/documents/{gone}/cancel"),
     ):
-        assert _error(response, 404)["code"] == "document_not_found"
+        assert api_error(response, 404)["code"] == "document_not_found"
     assert [
         d["filename"] for d in alice.get("/knowledge_bases/pruned/documents").json()["data"]
     ] == ["a.txt"]
@@ -504,8 +494,8 @@ def test_deleting_a_base_removes_its_files(alice: httpx.Client, server: ParleySe
     assert alice.delete("/knowledge_bases/temporary").status_code == 200
     # gone from every query at once, its name free again; rows and files go in the
     # background
-    _error(alice.get(f"/knowledge_bases/temporary/documents/{documents[0]['id']}"), 404)
-    _error(alice.get(f"/knowledge_bases/{base['id']}"), 404)
+    api_error(alice.get(f"/knowledge_bases/temporary/documents/{documents[0]['id']}"), 404)
+    api_error(alice.get(f"/knowledge_bases/{base['id']}"), 404)
     reused = _create(alice, "temporary")
     assert reused["id"] != base["id"]
     deadline = time.monotonic() + 20
@@ -541,7 +531,7 @@ def test_another_owner_sees_nothing(alice: httpx.Client, bob: httpx.Client) -> N
             ),
             _upload(bob, reference, {"x.txt": b"intruder"}),
         ):
-            assert _error(response, 404)["code"] == "knowledge_base_not_found"
+            assert api_error(response, 404)["code"] == "knowledge_base_not_found"
     assert bob.get("/knowledge_bases").json()["data"] == []
 
     # bob's own base of the same name holds none of alice's documents
@@ -564,4 +554,4 @@ def test_disabled_knowledge_answers_404(
             client.get("/knowledge_bases/x/documents"),
             client.post("/knowledge_bases/search", json={"query": "q", "knowledge_bases": ["x"]}),
         ):
-            assert _error(response, 404)["code"] == "knowledge_disabled"
+            assert api_error(response, 404)["code"] == "knowledge_disabled"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from tests.conftest import db_rows, server_config
 from tests.support.mock_openai import MockOpenAI
-from tests.support.server import ParleyServer
+from tests.support.server import ParleyServer, api_error
 
 
 @pytest.fixture(scope="module")
@@ -26,41 +26,27 @@ def keys(server: ParleyServer) -> dict[str, str]:
     return {owner: server.create_key(owner) for owner in ("alice", "bob")}
 
 
-def _client(server: ParleyServer, key: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=f"{server.url}/v1",
-        headers={"authorization": f"Bearer {key}"},
-        timeout=10,
-    )
-
-
 @pytest.fixture
 def alice(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["alice"]) as client:
+    with server.client(keys["alice"]) as client:
         yield client
     _clean(server, keys["alice"])
 
 
 @pytest.fixture
 def bob(server: ParleyServer, keys: dict[str, str]) -> Iterator[httpx.Client]:
-    with _client(server, keys["bob"]) as client:
+    with server.client(keys["bob"]) as client:
         yield client
     _clean(server, keys["bob"])
 
 
 def _clean(server: ParleyServer, key: str) -> None:
-    with _client(server, key) as client:
+    with server.client(key) as client:
         while memories := client.get("/memories", params={"limit": 100}).json()["data"]:
             for memory in memories:
                 client.delete(f"/memories/{memory['id']}").raise_for_status()
         for assistant in client.get("/assistants", params={"limit": 100}).json()["data"]:
             client.delete(f"/assistants/{assistant['id']}")
-
-
-def _error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    return error
 
 
 def _created(client: httpx.Client, text: str, assistant_id: str | None = None) -> dict[str, Any]:
@@ -100,9 +86,9 @@ def test_create_read_update_delete(alice: httpx.Client, server: ParleyServer) ->
 
     deleted = alice.delete(f"/memories/{created['id']}")
     assert deleted.json() == {"id": created["id"], "object": "memory.deleted", "deleted": True}
-    assert _error(alice.get(f"/memories/{created['id']}"), 404)["code"] == "memory_not_found"
-    _error(alice.delete(f"/memories/{created['id']}"), 404)
-    _error(alice.patch(f"/memories/{created['id']}", json={"text": "x"}), 404)
+    assert api_error(alice.get(f"/memories/{created['id']}"), 404)["code"] == "memory_not_found"
+    api_error(alice.delete(f"/memories/{created['id']}"), 404)
+    api_error(alice.patch(f"/memories/{created['id']}", json={"text": "x"}), 404)
     assert db_rows(server.db_path, "SELECT id FROM memories WHERE id = ?", created["id"]) == []
 
 
@@ -122,11 +108,13 @@ def test_assistant_scopes(alice: httpx.Client) -> None:
     assert ids(assistant_id="Researcher") == [by_name["id"], by_id["id"]]
     assert ids(scope="global") == [shared["id"]]
     assert ids() == [shared["id"], by_name["id"], by_id["id"]]
-    error = _error(alice.get("/memories", params={"assistant_id": "asst_missing"}), 404)
+    error = api_error(alice.get("/memories", params={"assistant_id": "asst_missing"}), 404)
     assert (error["code"], error["param"]) == ("assistant_not_found", "assistant_id")
-    _error(alice.get("/memories", params={"assistant_id": assistant["id"], "scope": "global"}), 400)
-    _error(alice.get("/memories", params={"scope": "everything"}), 400)
-    error = _error(alice.post("/memories", json={"text": "x", "assistant_id": "Nobody"}), 404)
+    api_error(
+        alice.get("/memories", params={"assistant_id": assistant["id"], "scope": "global"}), 400
+    )
+    api_error(alice.get("/memories", params={"scope": "everything"}), 400)
+    error = api_error(alice.post("/memories", json={"text": "x", "assistant_id": "Nobody"}), 404)
     assert error["code"] == "assistant_not_found"
 
 
@@ -154,7 +142,7 @@ def test_search_ranks_within_one_scope(alice: httpx.Client) -> None:
     chinese_hits = alice.post("/memories/search", json={"query": "绿茶", "limit": 1}).json()
     assert [hit["id"] for hit in chinese_hits["data"]] == [chinese["id"]]
     for body in ({"query": ""}, {"query": "tea", "limit": 0}, {"query": "tea", "limit": 51}):
-        _error(alice.post("/memories/search", json=body), 400)
+        api_error(alice.post("/memories/search", json=body), 400)
 
 
 def test_every_id_tried_by_another_owner_is_not_found(
@@ -171,14 +159,14 @@ def test_every_id_tried_by_another_owner_is_not_found(
             bob.patch(f"/memories/{memory['id']}", json={"text": "bob was here"}),
             bob.delete(f"/memories/{memory['id']}"),
         ):
-            assert _error(response, 404)["code"] == "memory_not_found"
+            assert api_error(response, 404)["code"] == "memory_not_found"
     for reference in (assistant["id"], "Private"):
         for response in (
             bob.get("/memories", params={"assistant_id": reference}),
             bob.post("/memories", json={"text": "planted", "assistant_id": reference}),
             bob.post("/memories/search", json={"query": "secret", "assistant_id": reference}),
         ):
-            assert _error(response, 404)["code"] == "assistant_not_found"
+            assert api_error(response, 404)["code"] == "assistant_not_found"
     assert bob.get("/memories").json()["data"] == []
     assert bob.post("/memories/search", json={"query": "secret recipe"}).json()["data"] == []
     # bob's own memory with the same words stays his
@@ -200,17 +188,17 @@ def test_every_id_tried_by_another_owner_is_not_found(
     ],
 )
 def test_invalid_bodies_are_400(alice: httpx.Client, body: dict[str, Any], param: str) -> None:
-    error = _error(alice.post("/memories", json=body), 400)
+    error = api_error(alice.post("/memories", json=body), 400)
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"
 
 
 def test_blank_text_is_refused(alice: httpx.Client) -> None:
-    error = _error(alice.post("/memories", json={"text": "   "}), 400)
+    error = api_error(alice.post("/memories", json={"text": "   "}), 400)
     assert error["param"] == "text"
     memory = _created(alice, "kept")
-    _error(alice.patch(f"/memories/{memory['id']}", json={"text": " "}), 400)
-    _error(alice.patch(f"/memories/{memory['id']}", json={"text": "x", "extra": 1}), 400)
+    api_error(alice.patch(f"/memories/{memory['id']}", json={"text": " "}), 400)
+    api_error(alice.patch(f"/memories/{memory['id']}", json={"text": "x", "extra": 1}), 400)
     assert alice.get(f"/memories/{memory['id']}").json() == memory
 
 
@@ -235,12 +223,12 @@ def test_pages_run_newest_first(alice: httpx.Client, bob: httpx.Client) -> None:
             break
         params["after"] = page["last_id"]
     assert seen == texts[::-1]
-    _error(alice.get("/memories", params={"limit": 0}), 400)
-    _error(alice.get("/memories", params={"limit": 101}), 400)
+    api_error(alice.get("/memories", params={"limit": 0}), 400)
+    api_error(alice.get("/memories", params={"limit": 101}), 400)
 
 
 def test_keys_are_required(server: ParleyServer, keys: dict[str, str]) -> None:
     assert httpx.get(f"{server.url}/v1/memories").status_code == 401
-    with _client(server, "sk-parley-wrong") as stranger:
+    with server.client("sk-parley-wrong") as stranger:
         assert stranger.post("/memories", json={"text": "x"}).status_code == 401
         assert stranger.post("/memories/search", json={"query": "x"}).status_code == 401

@@ -50,6 +50,12 @@ class ParleyServer:
     def db_path(self) -> Path:
         return self.data_dir / "parley.db"
 
+    def client(self, key: str, *, timeout: float = 30) -> httpx.Client:
+        """An httpx client for ``/v1`` with ``key`` as the Bearer token."""
+        return httpx.Client(
+            base_url=f"{self.url}/v1", headers={"authorization": f"Bearer {key}"}, timeout=timeout
+        )
+
     def create_key(self, owner: str, *options: str) -> str:
         """A new API key for ``owner`` (named after it), made with ``parley keys create``
         (``--admin`` among ``options`` for an admin key)."""
@@ -118,3 +124,10 @@ class ParleyServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def api_error(response: httpx.Response, status: int) -> dict[str, Any]:
+    """The error object of a response that must have ``status``."""
+    assert response.status_code == status, response.text
+    error: dict[str, Any] = response.json()["error"]
+    return error
