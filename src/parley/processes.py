@@ -61,18 +61,31 @@ async def run_shell(
     limits = _limits(max_memory_mb, timeout_seconds, await asyncio.to_thread(_user_task_count))
     capture = _Capture(max_output_chars)
     started = time.monotonic()
-    process = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=_apply_limits(limits),
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_apply_limits(limits),
+        )
     )
+    try:
+        process = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # Cancelled while the process was being set up: it may already run (and have
+        # started children). Closing its transport would kill the shell alone, leaving
+        # its children orphaned: the whole group goes instead.
+        with contextlib.suppress(Exception):
+            orphaned = await spawn
+            kill_group(orphaned.pid)
+            await wait_exited(orphaned, 5.0)
+        raise
     assert process.stdout is not None
     reader = asyncio.create_task(capture.drain(process.stdout))
     timed_out = False

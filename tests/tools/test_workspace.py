@@ -445,3 +445,32 @@ async def test_cancelling_the_shell_kills_its_process_group(context: ToolContext
     with pytest.raises(asyncio.CancelledError):
         await task
     assert wait_gone(pid, started=started), _stat(pid)
+
+
+async def test_cancelling_while_the_shell_is_being_set_up_kills_its_group(
+    context: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded event loop can deliver the cancellation while the process is started but
+    ``create_subprocess_exec`` has not returned: its children must die too."""
+    real = asyncio.create_subprocess_exec
+
+    async def slow_setup(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await real(*args, **kwargs)
+        await asyncio.sleep(3)  # the shell runs meanwhile
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_setup)
+    task = asyncio.ensure_future(
+        call(workspace_shell, context, command="sleep 60 & echo $! > child.pid; sleep 60")
+    )
+    pid_file = context.workspace / "child.pid"
+    deadline = time.monotonic() + 5
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    pid = int(pid_file.read_text())
+    started = started_at(pid)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert wait_gone(pid, started=started), _stat(pid)
