@@ -20,6 +20,7 @@ from parley.knowledge.service import KnowledgeService
 from parley.knowledge.settings import KnowledgeSettings
 from parley.knowledge.types import EmbeddingError
 from parley.store.database import Database
+from parley.store.knowledge import Document, KnowledgeBase
 from parley.store.schema import kb_chunks, kb_documents
 from parley.transforms.context import TransformContext
 
@@ -65,6 +66,20 @@ def service(
         tmp_path / "knowledge",
         embedder,  # type: ignore[arg-type]
     )
+
+
+async def mid_document(
+    database: Database, tmp_path: Path, **settings: object
+) -> tuple[KnowledgeService, GatedEmbedder, KnowledgeBase, Document]:
+    """A started service whose worker is held inside embedding the first batch of an
+    uploaded document (release it with ``embedder.gate.set()``)."""
+    embedder = GatedEmbedder()
+    knowledge = service(database, tmp_path, embedder, **settings)
+    base = await knowledge.create("alice", "harbours")
+    await knowledge.start()
+    document = await knowledge.upload("alice", base, "v.txt", None, pieces(TEXT.encode()))
+    await asyncio.wait_for(embedder.entered.wait(), 10)
+    return knowledge, embedder, base, document
 
 
 async def settled(knowledge: KnowledgeService, owner: str, kb_id: str, doc_id: str) -> str:
@@ -122,14 +137,8 @@ async def test_a_document_left_indexing_by_a_crash_is_indexed_again_after_a_rest
 async def test_cancelling_mid_document_stops_and_removes_what_was_written(
     database: Database, tmp_path: Path
 ) -> None:
-    knowledge = service(database, tmp_path, GatedEmbedder())
-    embedder = knowledge.embedder
-    assert isinstance(embedder, GatedEmbedder)
-    base = await knowledge.create("alice", "harbours")
-    await knowledge.start()
+    knowledge, embedder, base, document = await mid_document(database, tmp_path)
     try:
-        document = await knowledge.upload("alice", base, "v.txt", None, pieces(TEXT.encode()))
-        await asyncio.wait_for(embedder.entered.wait(), 10)
         cancelled = await knowledge.store.cancel("alice", base.id, document.id)
         assert cancelled.status == "cancelled"
         embedder.gate.set()
@@ -215,14 +224,8 @@ async def test_the_queue_is_bounded(database: Database, tmp_path: Path) -> None:
 async def test_deleting_a_document_while_it_is_indexed_leaves_nothing(
     database: Database, tmp_path: Path
 ) -> None:
-    knowledge = service(database, tmp_path, GatedEmbedder())
-    embedder = knowledge.embedder
-    assert isinstance(embedder, GatedEmbedder)
-    base = await knowledge.create("alice", "harbours")
-    await knowledge.start()
+    knowledge, embedder, base, document = await mid_document(database, tmp_path)
     try:
-        document = await knowledge.upload("alice", base, "v.txt", None, pieces(TEXT.encode()))
-        await asyncio.wait_for(embedder.entered.wait(), 10)
         await knowledge.delete_document("alice", base.id, document.id)
         embedder.gate.set()
         await asyncio.sleep(0.3)
@@ -291,14 +294,8 @@ async def test_deleting_a_document_drops_its_cached_vectors_and_queries_are_not_
 async def test_a_run_superseded_by_a_reindex_writes_nothing_more(
     database: Database, tmp_path: Path
 ) -> None:
-    knowledge = service(database, tmp_path, GatedEmbedder(), workers=2)
-    embedder = knowledge.embedder
-    assert isinstance(embedder, GatedEmbedder)
-    base = await knowledge.create("alice", "harbours")
-    await knowledge.start()
+    knowledge, embedder, base, document = await mid_document(database, tmp_path, workers=2)
     try:
-        document = await knowledge.upload("alice", base, "v.txt", None, pieces(TEXT.encode()))
-        await asyncio.wait_for(embedder.entered.wait(), 10)  # the first run is mid-document
         await knowledge.store.cancel("alice", base.id, document.id)
         await knowledge.reindex("alice", base.id, document.id)  # a second worker takes it
         await asyncio.sleep(0.2)
