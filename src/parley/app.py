@@ -37,6 +37,7 @@ from parley.api import (
     usage,
 )
 from parley.api import knowledge as knowledge_api
+from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
 from parley.api.state import AppState
@@ -46,6 +47,8 @@ from parley.conversations.service import ConversationService
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
+from parley.mcp.serve import McpEndpoint
+from parley.mcp.service import McpService
 from parley.memory.service import MemoryService
 from parley.memory.store import MemoryStore
 from parley.pacer import pace_garbage_collection
@@ -56,6 +59,7 @@ from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.citations import CitationStore
 from parley.store.database import Database
+from parley.store.mcp_servers import McpServerStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
 from parley.store.summaries import SummaryStore
@@ -67,6 +71,8 @@ log = logging.getLogger("parley")
 def create_app(settings: Settings) -> FastAPI:
     pricing = PriceCatalog(settings.pricing)
     chain = build_chain(settings, pricing)  # a bad interceptor fails here, before serving
+    # Parley as an MCP server, at /mcp
+    mcp_endpoint = McpEndpoint(settings) if settings.mcp.serve else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,6 +116,8 @@ def create_app(settings: Settings) -> FastAPI:
             await knowledge.start()
         memory = MemoryService(MemoryStore(database), embedder)
         citations = CitationStore(database)
+        mcp = McpService(settings.mcp, McpServerStore(database))
+        await mcp.reload()  # reads the rows only: servers connect on first use
         outgoing = OutgoingBuilder(
             settings,
             registry,
@@ -132,6 +140,7 @@ def create_app(settings: Settings) -> FastAPI:
             outgoing=outgoing,
             reaches=Reaches(knowledge, memory),
             citations=citations,
+            mcp=mcp,
         )
         app.state.parley = AppState(
             settings=settings,
@@ -155,6 +164,7 @@ def create_app(settings: Settings) -> FastAPI:
             knowledge=knowledge,
             memory=memory,
             citations=citations,
+            mcp=mcp,
         )
         if not await keys.active():
             log.warning(
@@ -166,10 +176,15 @@ def create_app(settings: Settings) -> FastAPI:
         gc.freeze()
         pacer = asyncio.create_task(pace_garbage_collection())
         try:
-            yield
+            if mcp_endpoint is None:
+                yield
+            else:
+                async with mcp_endpoint.running():
+                    yield
         finally:
             pacer.cancel()
             await service.shutdown(settings.agent.shutdown_grace_seconds)
+            await mcp.close()  # after the generations: stdio servers are stopped
             if knowledge is not None:
                 await knowledge.close()
             await chain.shutdown()
@@ -204,6 +219,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(knowledge_api.router)
     app.include_router(chatchat_kb.router)
     app.include_router(memories.router)
+    app.include_router(mcp_api.router)
+    if mcp_endpoint is not None:
+        mcp_endpoint.mount(app)
 
     @app.get("/health", tags=["health"])
     async def health(request: Request) -> dict[str, Any]:

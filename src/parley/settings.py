@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from parley.knowledge.settings import KnowledgeSettings, MemorySettings
+from parley.mcp.settings import McpSettings
 
 ProviderKind = Literal["openai", "anthropic", "local", "scripted"]
 
@@ -433,6 +434,7 @@ class Settings(BaseSettings):
     interceptors: InterceptorSettings = Field(default_factory=InterceptorSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     pricing: dict[str, ModelPrice] = Field(
         default_factory=dict,
         description="Prices by model name or name prefix; added to and overriding the "

@@ -1,17 +1,27 @@
 """Real MCP servers for the tests, written with the SDK's ``MCPServer``.
 
-Run as a script it serves over stdio; ``build()`` gives the server for streamable HTTP.
+Run as a script it serves over stdio; ``python servers.py http PORT`` serves streamable
+HTTP at ``/mcp`` (``--no-get``: without the optional GET stream, answering it 405) and
+``python servers.py sse PORT`` the older SSE transport at ``/sse``, both on 127.0.0.1.
+``build()`` gives the server itself, for an app served in the test's own process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
+from typing import Any
 
-from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
+
+WIRE: int | None = None
+"""Run as a stdio server: a duplicate of the original stdout, the wire to the client. (The
+SDK points fd 1 at stderr while it serves, so that a stray print cannot corrupt the wire;
+``garble`` means to.)"""
 
 # A 1x1 PNG.
 PNG = bytes.fromhex(
@@ -81,8 +91,64 @@ def build() -> MCPServer:
         """An environment variable, or '<unset>'."""
         return os.environ.get(name, "<unset>")
 
+    @server.tool()
+    def crash(marker: str) -> str:
+        """Appends a line to the file ``marker``, then exits without answering."""
+        with open(marker, "a") as file:
+            file.write(f"{os.getpid()}\n")
+        os._exit(1)
+
+    @server.tool()
+    def garble(text: str) -> str:
+        """Writes junk to stdout (stdio only: lines that are not JSON, JSON that is not
+        JSON-RPC, an answer to a request never made, invalid UTF-8), then answers."""
+        assert WIRE is not None, "garble needs the stdio server"
+        os.write(
+            WIRE,
+            b"hello, this is not json\n"
+            b"\n"
+            b'{"hello": "world"}\n'
+            b'{"jsonrpc": "2.0", "id": 987654, "result": {}}\n'
+            b"\xff\xfe\x80 not utf-8\n"
+            b"[1, 2, 3\n",
+        )
+        return text
+
+    @server.tool()
+    def header(name: str, ctx: Context) -> str:
+        """An HTTP request header, or '<none>'."""
+        headers = ctx.headers or {}
+        return headers.get(name, "<none>")
+
     return server
 
 
+def serve(transport: str, port: int, with_get: bool = True) -> None:
+    import uvicorn
+
+    server = build()
+    app: Any = server.sse_app() if transport == "sse" else server.streamable_http_app()
+    if not with_get:
+        app = _without_get(app)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="none")
+
+
+def _without_get(app: Any) -> Any:
+    """Streamable HTTP without the GET stream: the spec lets a server answer it 405."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await send({"type": "http.response.start", "status": 405, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 if __name__ == "__main__":
-    build().run()
+    if len(sys.argv) > 2:
+        serve(sys.argv[1], int(sys.argv[2]), with_get="--no-get" not in sys.argv)
+    else:
+        WIRE = os.dup(1)
+        build().run()

@@ -1,4 +1,6 @@
-"""The MCP client against real SDK servers over stdio and streamable HTTP (loopback)."""
+"""The MCP client against real SDK servers over stdio, streamable HTTP and SSE (loopback).
+
+Servers that restart, crash, stall or write junk are in ``test_client_recovery.py``."""
 
 from __future__ import annotations
 
@@ -10,11 +12,19 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Literal
 
+import mcp_types as types
 import pytest
 import uvicorn
 
-from parley.mcp.client import McpCallTimeout, McpClientError, McpConnection, ServerConfig
+from parley.mcp.client import (
+    McpCallTimeout,
+    McpClientError,
+    McpConnection,
+    McpConnectionLost,
+    ServerConfig,
+)
 from parley.mcp.tools import McpTool, cap, server_tools, to_output, tool_name
 from parley.tools.protocol import ToolOutput
 from tests.mcp import servers
@@ -38,14 +48,22 @@ def stdio_config(**overrides: object) -> ServerConfig:
     return ServerConfig(**values)  # type: ignore[arg-type]
 
 
-class HttpServer:
-    """The test MCPServer's streamable HTTP app under uvicorn, in a background thread."""
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
-    def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        app = servers.build().streamable_http_app()
+
+class HttpServer:
+    """The test MCPServer's streamable HTTP (or SSE) app under uvicorn, in a background
+    thread."""
+
+    def __init__(self, transport: Literal["http", "sse"] = "http") -> None:
+        self.port = free_port()
+        self.path = "/mcp" if transport == "http" else "/sse"
+        server = servers.build()
+        app = server.streamable_http_app() if transport == "http" else server.sse_app()
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_level="warning", ws="none", lifespan="on"
         )
@@ -54,7 +72,7 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://127.0.0.1:{self.port}{self.path}"
 
     def __enter__(self) -> HttpServer:
         self.thread.start()
@@ -75,14 +93,28 @@ def http_server() -> Iterator[HttpServer]:
         yield server
 
 
-@pytest.fixture(params=["stdio", "http"])
+@pytest.fixture(scope="module")
+def sse_server() -> Iterator[HttpServer]:
+    with HttpServer("sse") as server:
+        yield server
+
+
+def url_config(transport: Literal["http", "sse"], url: str, **overrides: object) -> ServerConfig:
+    values: dict[str, object] = {"timeout_seconds": 5, "name": "echo"}
+    values.update(overrides)
+    return ServerConfig(transport=transport, url=url, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["stdio", "http", "sse"])
 async def connection(
-    request: pytest.FixtureRequest, http_server: HttpServer
+    request: pytest.FixtureRequest, http_server: HttpServer, sse_server: HttpServer
 ) -> AsyncIterator[McpConnection]:
     if request.param == "stdio":
         config = stdio_config()
+    elif request.param == "http":
+        config = url_config("http", http_server.url)
     else:
-        config = ServerConfig(name="echo", transport="http", url=http_server.url, timeout_seconds=5)
+        config = url_config("sse", sse_server.url)
     conn = McpConnection(config)
     try:
         yield conn
@@ -148,13 +180,33 @@ async def test_hanging_tool_times_out_and_connection_survives(connection: McpCon
     assert connection.health().last_error is None
 
 
-async def test_megabytes_are_capped(connection: McpConnection) -> None:
-    result = await connection.call("big", {"chars": 2_000_000})
-    out = to_output(result)
-    assert len(out.content) <= 100_000
-    assert "[output truncated: showing" in out.content
-    assert "of 2,000,000 characters]" in out.content
-    assert len(to_output(result, max_chars=500).content) <= 500
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_megabytes_arrive_and_are_capped(transport: str, http_server: HttpServer) -> None:
+    config = stdio_config() if transport == "stdio" else url_config("http", http_server.url)
+    async with McpConnection(config) as conn:
+        started = time.monotonic()
+        result = await conn.call("big", {"chars": 5_000_000})
+        assert time.monotonic() - started < 10
+        assert isinstance(result.content[0], types.TextContent)
+        assert len(result.content[0].text) == 5_000_000
+        out = to_output(result)
+        assert len(out.content) <= 100_000
+        assert "[output truncated: showing" in out.content
+        assert "of 5,000,000 characters]" in out.content
+        assert len(to_output(result, max_chars=500).content) <= 500
+
+
+async def test_sse_results_past_the_sdk_limit_are_a_clear_error(sse_server: HttpServer) -> None:
+    """The SDK's SSE client refuses events over 1 MiB (and lets no caller raise that): the
+    call fails, saying so, and the next call reconnects."""
+    async with McpConnection(url_config("sse", sse_server.url)) as conn:
+        started = time.monotonic()
+        with pytest.raises(McpConnectionLost) as caught:
+            await conn.call("big", {"chars": 2_000_000})
+        assert time.monotonic() - started < 4
+        assert "MCP server 'echo'" in str(caught.value)
+        assert "byte limit" in str(caught.value)
+        assert to_output(await conn.call("echo", {"text": "after"})).content == "after"
 
 
 async def test_stdio_server_exiting_while_idle_reconnects() -> None:
@@ -258,8 +310,29 @@ def test_config_validation() -> None:
         stdio_config(timeout_seconds=0)
     with pytest.raises(ValueError, match="needs a url"):
         ServerConfig(name="x", transport="http")
+    with pytest.raises(ValueError, match="an sse server needs a url"):
+        ServerConfig(name="x", transport="sse")
+    with pytest.raises(ValueError, match="ping_interval_seconds"):
+        stdio_config(ping_interval_seconds=-1)
+    with pytest.raises(ValueError, match="reconnect_backoff_seconds"):
+        stdio_config(reconnect_backoff_seconds=0)
+    with pytest.raises(ValueError, match="reconnect_backoff_seconds"):
+        stdio_config(reconnect_backoff_seconds=5, max_reconnect_backoff_seconds=1)
     with pytest.raises(ValueError, match="needs a command"):
         ServerConfig(name="x")
     assert "sk-" not in repr(
         ServerConfig(name="x", url="http://h", transport="http", bearer_token="sk-1")
     )
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+async def test_headers_and_bearer_token_reach_the_server(
+    transport: Literal["http", "sse"], http_server: HttpServer, sse_server: HttpServer
+) -> None:
+    url = http_server.url if transport == "http" else sse_server.url
+    config = url_config(transport, url, headers={"X-Parley-Test": "yes"}, bearer_token="sk-t")
+    async with McpConnection(config) as conn:
+        auth = await conn.call("header", {"name": "authorization"})
+        custom = await conn.call("header", {"name": "x-parley-test"})
+    assert to_output(auth).content == "Bearer sk-t"
+    assert to_output(custom).content == "yes"

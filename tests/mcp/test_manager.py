@@ -83,9 +83,9 @@ async def test_quarantine_backoff_and_recovery(tmp_path: Path) -> None:
     manager = McpManager([config], failures_to_quarantine=2, quarantine_seconds=300, clock=clock)
     try:
         assert await manager.tools() == []
-        assert entry(manager, "flaky")["quarantined_until"] is None
+        assert entry(manager, "flaky")["quarantined_for_seconds"] is None
         assert await manager.tools() == []
-        assert entry(manager, "flaky")["quarantined_until"] == clock.now + 300
+        assert entry(manager, "flaky")["quarantined_for_seconds"] == 300
         assert starts.read_text() == "xx"
 
         # Quarantined: no attempt at all, from tools() or from a call.
@@ -99,11 +99,11 @@ async def test_quarantine_backoff_and_recovery(tmp_path: Path) -> None:
         clock.now += 2
         assert await manager.tools() == []
         assert starts.read_text() == "xxx"
-        assert entry(manager, "flaky")["quarantined_until"] == clock.now + 600
+        assert entry(manager, "flaky")["quarantined_for_seconds"] == 600
         # ...and never for more than ten minutes.
         clock.now += 601
         assert await manager.tools() == []
-        assert entry(manager, "flaky")["quarantined_until"] == clock.now + 600
+        assert entry(manager, "flaky")["quarantined_for_seconds"] == 600
 
         # The server is fixed; once the quarantine ends it is used again.
         script.write_text("from tests.mcp.servers import build\nbuild().run()\n")
@@ -111,7 +111,7 @@ async def test_quarantine_backoff_and_recovery(tmp_path: Path) -> None:
         tools = await manager.tools()
         assert "mcp__flaky__echo" in names(tools)
         health = entry(manager, "flaky")
-        assert health["quarantined_until"] is None
+        assert health["quarantined_for_seconds"] is None
         assert health["consecutive_failures"] == 0
         assert health["last_error"] is None
         assert health["connected"] is True
@@ -129,7 +129,7 @@ async def test_tool_call_timeouts_quarantine_the_server(http_server: HttpServer)
             assert out.is_error
             assert "did not answer within 1 s" in out.content
         health = entry(manager, "web")
-        assert health["quarantined_until"] == clock.now + 60
+        assert health["quarantined_for_seconds"] == 60
         out = await tools["echo"].run({"text": "x"}, None)  # type: ignore[arg-type]
         assert out.is_error
         assert "quarantined" in out.content
@@ -142,7 +142,7 @@ async def test_tool_call_timeouts_quarantine_the_server(http_server: HttpServer)
         assert entry(manager, "web")["consecutive_failures"] == 0
         result = await manager.call("web", "echo", {"text": "back"})
         assert to_output(result).content == "back"
-        assert entry(manager, "web")["quarantined_until"] is None
+        assert entry(manager, "web")["quarantined_for_seconds"] is None
 
 
 async def test_health_fields(http_server: HttpServer) -> None:
@@ -154,7 +154,7 @@ async def test_health_fields(http_server: HttpServer) -> None:
                 "transport": "http",
                 "enabled": True,
                 "connected": False,
-                "quarantined_until": None,
+                "quarantined_for_seconds": None,
                 "consecutive_failures": 0,
                 "last_error": None,
                 "tool_count": 0,
@@ -165,7 +165,7 @@ async def test_health_fields(http_server: HttpServer) -> None:
                 "transport": "http",
                 "enabled": False,
                 "connected": False,
-                "quarantined_until": None,
+                "quarantined_for_seconds": None,
                 "consecutive_failures": 0,
                 "last_error": None,
                 "tool_count": 0,

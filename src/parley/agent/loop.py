@@ -137,6 +137,8 @@ class AgentRequest:
     resume: Resume | None = None
     reach: Reach = NO_REACH
     """The knowledge and memory the turn's tools may reach."""
+    tools: ToolRegistry | None = None
+    """The server tools with this request's MCP tools (None: the server's own)."""
 
     @property
     def client_tools(self) -> frozenset[str]:
@@ -213,7 +215,7 @@ class AgentLoop:
         detector = LoopDetector.from_settings(settings.agent)
         active = ActiveTools(
             list(request.server_tools),
-            pinned=[name for name in request.server_tools if self._is_pinned(name)],
+            pinned=[name for name in request.server_tools if self._is_pinned(request, name)],
             max_active=settings.tools.max_active,
             idle_iterations=settings.tools.idle_iterations,
         )
@@ -295,7 +297,12 @@ class AgentLoop:
                         yield ToolFinished(call.id, call.name, call.arguments, text, True, 0.0)
                 allowed = [c for c in mine if request.policies.get(c.name, "auto") == "auto"]
                 tools = self._runner.run(
-                    allowed, offered, partial(self._context, request, session), turn.record, info
+                    allowed,
+                    offered,
+                    partial(self._context, request, session),
+                    turn.record,
+                    info,
+                    request.tools,
                 )
                 async with aclosing(tools):
                     async for event in tools:
@@ -350,6 +357,7 @@ class AgentLoop:
                 partial(self._context, request, session),
                 turn.settle,
                 info,
+                request.tools,
             )
             async with aclosing(tools):
                 async for event in tools:
@@ -375,7 +383,8 @@ class AgentLoop:
         info: TurnInfo,
     ) -> CallPlan:
         own = Message("assistant", turn.parts()) if turn.committed else None
-        specs = [spec for name in offered if (spec := self._tools.spec(name)) is not None]
+        registry = request.tools or self._tools
+        specs = [spec for name in offered if (spec := registry.spec(name)) is not None]
         template = request.template
         tools = (*template.tools, *specs)
         choice = template.tool_choice
@@ -425,8 +434,8 @@ class AgentLoop:
             citations=request.reach.citations,
         )
 
-    def _is_pinned(self, name: str) -> bool:
-        tool = self._tools.get(name)
+    def _is_pinned(self, request: AgentRequest, name: str) -> bool:
+        tool = (request.tools or self._tools).get(name)
         return name in self._settings.tools.pinned_tools or bool(tool and tool.pinned)
 
 

@@ -69,10 +69,13 @@ class ToolRunner:
         context_for: ContextFor,
         on_result: Callable[[ToolCallPart], None],
         turn: TurnInfo | None = None,
+        registry: ToolRegistry | None = None,
     ) -> AsyncGenerator[Event]:
         """Run ``calls`` concurrently, yielding start and finish events; each call,
         answered, goes to ``on_result`` the moment it finishes. Cancelling this cancels
-        the calls still running; those get an "interrupted" result."""
+        the calls still running; those get an "interrupted" result. ``registry`` is the
+        request's own (with its MCP tools), else the server's."""
+        tools = registry or self._registry
         tasks: dict[asyncio.Task[tuple[ToolOutput, float, float]], ToolCallPart] = {}
         finished: set[str] = set()
         # Each task reports itself when done: waiting is O(1) per call, where asyncio.wait
@@ -94,7 +97,7 @@ class ToolRunner:
             for call in calls:
                 yield ToolStarted(call.id, call.name, call.arguments)
                 task = asyncio.create_task(
-                    self._one(call, offered, context_for, turn or TurnInfo()),
+                    self._one(tools, call, offered, context_for, turn or TurnInfo()),
                     name=f"tool {call.name} {call.id}",
                 )
                 task.add_done_callback(ready.put_nowait)
@@ -130,6 +133,7 @@ class ToolRunner:
 
     async def _one(
         self,
+        registry: ToolRegistry,
         call: ToolCallPart,
         offered: Collection[str],
         context_for: ContextFor,
@@ -137,17 +141,18 @@ class ToolRunner:
     ) -> tuple[ToolOutput, float, float]:
         started_at = time.time()
         started = time.monotonic()
-        output = await self._output(call, offered, context_for, turn)
+        output = await self._output(registry, call, offered, context_for, turn)
         return output, round(started_at, 3), round(time.monotonic() - started, 6)
 
     async def _output(
         self,
+        registry: ToolRegistry,
         call: ToolCallPart,
         offered: Collection[str],
         context_for: ContextFor,
         turn: TurnInfo,
     ) -> ToolOutput:
-        tool = self._registry.get(call.name) if call.name in offered else None
+        tool = registry.get(call.name) if call.name in offered else None
         arguments = parse_arguments(call)
         context = context_for(call)
         info = CallInfo("tool", call.name, turn, purpose="tool", call_id=call.id)

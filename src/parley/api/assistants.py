@@ -4,7 +4,8 @@ An assistant is named in the path by its id (``asst_...``) or by its name. Anoth
 owner's assistant answers 404, exactly like one that does not exist; a name the owner
 already uses answers 409. Besides the body's own validation (``conversations/
 assistants.py``), the model must be one this server can resolve and each server tool
-one it has (``mcp__...`` tools are accepted as they are: MCP servers come and go).
+one it has (``mcp__...`` tools are accepted as they are: MCP servers come and go; a
+missing one costs a chat a note), and each of ``mcp_servers`` a server that exists now.
 
 What does not belong here: what the fields mean (``conversations/assistants.py``),
 storage (``store/assistants.py``).
@@ -47,6 +48,7 @@ def assistant_json(assistant: Assistant) -> dict[str, Any]:
         "tools": list(assistant.tools),
         "tool_policies": assistant.tool_policies,
         "knowledge_bases": list(assistant.knowledge_bases),
+        "mcp_servers": list(assistant.mcp_servers),
         "memory": {
             "enabled": assistant.memory.enabled,
             "retrieval": assistant.memory.retrieval,
@@ -81,6 +83,13 @@ def _check_server_parts(state: AppState, fields: dict[str, Any]) -> None:
         if name not in state.tools and not name.startswith(MCP_PREFIX):
             raise InvalidRequest(
                 f"unknown server tool {name!r}", param=f"tools.{index}", code="unknown_tool"
+            )
+    for index, name in enumerate(fields.get("mcp_servers", ())):
+        if not state.mcp.known(name):
+            raise InvalidRequest(
+                f"unknown MCP server {name!r} (GET /v1/mcp/servers lists them)",
+                param=f"mcp_servers.{index}",
+                code="unknown_mcp_server",
             )
 
 

@@ -9,6 +9,7 @@ from parley.api.auth import Authenticator
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.service import ConversationService
 from parley.interceptors.chain import InterceptorChain
+from parley.mcp.service import McpService
 from parley.providers.registry import ProviderRegistry
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
@@ -43,5 +44,6 @@ class AppState:
     outgoing: OutgoingBuilder
     memory: MemoryService
     citations: CitationStore
+    mcp: McpService
     knowledge: KnowledgeService | None = None
     """None when ``knowledge.enabled`` is false."""

@@ -16,6 +16,7 @@ from parley.conversations.approvals import Decision
 from parley.conversations.turns import ChatTurn, ToolAnswer
 from parley.errors import InvalidRequest
 from parley.identity import Caller
+from parley.mcp.service import is_mcp_tool
 from parley.messages import (
     FilePart,
     ImagePart,
@@ -146,6 +147,9 @@ class ChatCompletionRequest(_Wire):
     """Langchain-Chatchat: server tools to enable, by name (the values are their options)."""
     metadata: dict[str, Any] | None = None
     extra_body: dict[str, Any] | None = None
+    use_mcp: StrictBool | None = None
+    """Offer every enabled MCP server's tools (Langchain-Chatchat's flag); None: the
+    ``mcp.use_by_default`` setting on /v1, off on Chatchat's route."""
     assistant: str | None = Field(default=None, min_length=1, max_length=100)
     """An assistant preset (id or name): its prompt, model, sampling, tools, policies."""
     approvals: list[ApprovalDecision] | None = Field(default=None, max_length=256)
@@ -184,7 +188,7 @@ def to_turn(
     tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
     if isinstance(tool_config, dict):
         for name in tool_config:
-            if name not in tools:
+            if name not in tools and not is_mcp_tool(name):
                 raise InvalidRequest(
                     f"unknown server tool {name!r}", param="tool_config", code="unknown_tool"
                 )
@@ -217,7 +221,14 @@ def to_turn(
             else extra.get("knowledge_bases"),
             "knowledge_bases",
         ),
+        use_mcp=_use_mcp(body.use_mcp if body.use_mcp is not None else extra.get("use_mcp")),
     )
+
+
+def _use_mcp(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise InvalidRequest("use_mcp must be true or false", param="use_mcp")
 
 
 def _names(value: Any, param: str) -> tuple[str, ...]:
@@ -423,7 +434,7 @@ def _tool_specs(
     server: list[str] = []
     for index, tool in enumerate(tools):
         if isinstance(tool, str):
-            if tool not in registry:
+            if tool not in registry and not is_mcp_tool(tool):  # MCP: checked by the service
                 raise InvalidRequest(
                     f"unknown server tool {tool!r}",
                     param=f"tools.{index}",

@@ -338,13 +338,17 @@ class _AssistantFields(_Strict):
     knowledge_bases: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
         default=[], max_length=100
     )
+    mcp_servers: list[Annotated[str, StringConstraints(min_length=1, max_length=32)]] = Field(
+        default=[], max_length=100
+    )
+    """MCP servers whose tools are offered, by name."""
     memory: Memory = Memory()
     regex_rules: list[RegexRuleIn] = Field(default=[], max_length=100)
     transformers: TransformerSettings = TransformerSettings()
     generate_titles: bool = True
     generate_suggestions: bool = True
 
-    @field_validator("tools", "knowledge_bases")
+    @field_validator("tools", "knowledge_bases", "mcp_servers")
     @classmethod
     def _distinct(cls, values: list[str]) -> list[str]:
         return _unique(values)
@@ -385,7 +389,7 @@ def _stored(name: str, value: Any) -> Any:
             )
         case "transformers":
             return value.model_dump(mode="json")
-        case "tools" | "knowledge_bases":
+        case "tools" | "knowledge_bases" | "mcp_servers":
             return tuple(value)
         case "tool_policies":
             return dict(value)

@@ -46,6 +46,7 @@ from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import TurnInfo
+from parley.mcp.service import McpChoice, McpService, is_mcp_tool
 from parley.messages import (
     FilePart,
     ImagePart,
@@ -91,8 +92,10 @@ class ConversationService:
         outgoing: OutgoingBuilder | None = None,
         reaches: Reaches | None = None,
         citations: CitationStore | None = None,
+        mcp: McpService | None = None,
     ) -> None:
         self._settings = settings
+        self._mcp = mcp
         self._reaches = reaches or Reaches(None, None)
         self._citations = citations
         self._history = History(store, settings.tools.approval_ttl_seconds)
@@ -216,6 +219,11 @@ class ConversationService:
         assistant = await self._assistant(turn)
         self._registry.resolve(turn.model or (assistant.model if assistant else None))
         self._server_tools(turn, assistant)
+        named = [name for name in turn.server_tools if is_mcp_tool(name)]
+        if named:
+            if self._mcp is None:
+                raise InvalidRequest(f"unknown server tool {named[0]!r}", param="tools")
+            self._mcp.check(named)
         if turn.approvals:
             return assistant
         last = turn.messages[-1] if turn.messages else None
@@ -248,6 +256,7 @@ class ConversationService:
         settle: str | None = None
         message_id = new_id("msg")
         resume: Resume | None = None
+        resumed_mcp: tuple[str, ...] = ()
         new: list[Message] = []
         stored: list[StoredMessage] = []
         updates: dict[str, tuple[Part, ...]] = {}
@@ -261,6 +270,7 @@ class ConversationService:
             server_tools = tuple(
                 dict.fromkeys((*server_tools, *(n for n in used if n in self._tools)))
             )
+            resumed_mcp = tuple(n for n in used if is_mcp_tool(n))
         elif turn.anchor is not None:
             stored, new, parent_id, root, copy_after, prior_cost = await self._history.anchored(
                 turn
@@ -298,6 +308,9 @@ class ConversationService:
                 for m in new
             ]
 
+        tools, server_tools = await self._with_mcp(
+            turn, assistant, model, server_tools, resumed_mcp, notes
+        )
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
         record = None
         if resume is not None:
@@ -408,6 +421,7 @@ class ConversationService:
             ),
             resume=resume,
             reach=reach,
+            tools=tools,
         )
         generation = Generation(
             store=self._store,
@@ -497,6 +511,41 @@ class ConversationService:
         brought = [n for n in reached if n not in client]
         names = dict.fromkeys((*turn.server_tools, *own, *defaults, *brought))
         return tuple(offer_order(name for name in names if name in self._tools))
+
+    async def _with_mcp(
+        self,
+        turn: ChatTurn,
+        assistant: Assistant | None,
+        model: ResolvedModel,
+        server_tools: tuple[str, ...],
+        resumed: tuple[str, ...],
+        notes: list[str],
+    ) -> tuple[ToolRegistry | None, tuple[str, ...]]:
+        """The request's MCP tools joined to its server tools: (the registry with them,
+        or None when there are none; the tools offered). A server that is down costs a
+        note in ``notes``, never the turn."""
+        if self._mcp is None or not model.provider.supports_tools:
+            return None, server_tools
+        use = turn.use_mcp
+        if use is None:  # Chatchat's route uses MCP only when asked, as Chatchat does
+            use = self._mcp.settings.use_by_default and turn.source != "chatchat"
+        own = assistant.tools if assistant is not None else ()
+        named = (*turn.server_tools, *own, *self._settings.tools.default_tools, *resumed)
+        choice = McpChoice(
+            every_server=use,
+            servers=assistant.mcp_servers if assistant is not None else (),
+            tools=tuple(dict.fromkeys(n for n in named if is_mcp_tool(n))),
+        )
+        if not choice:
+            return None, server_tools
+        chosen = await self._mcp.tools_for(choice)
+        notes.extend(chosen.notes)
+        client = {spec.name for spec in turn.tools}  # a client's tool of the same name wins
+        tools = [tool for tool in chosen.tools if tool.spec.name not in client]
+        if not tools:
+            return None, server_tools
+        names = (*server_tools, *(tool.spec.name for tool in tools))
+        return self._tools.with_tools(tools), tuple(offer_order(dict.fromkeys(names)))
 
     def fast_models(self, model: ResolvedModel) -> list[ResolvedModel]:
         """The models for the server's own calls: ``chat.fast_model`` (with its

@@ -81,3 +81,5 @@ class ChatTurn:
     """An assistant preset by id or name (None: the conversation's, if it has one)."""
     knowledge_bases: tuple[str, ...] = ()
     """Knowledge bases to search for this turn, by id or name (empty: the assistant's)."""
+    use_mcp: bool | None = None
+    """Offer every enabled MCP server's tools (None: the source's default)."""

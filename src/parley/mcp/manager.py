@@ -9,6 +9,11 @@ quarantined: nothing connects to it and its tools are left out for ``quarantine_
 Then one more attempt is made; each further quarantine in a row doubles the period, up to
 ten minutes, and a success ends the streak.
 
+The set can change while it runs (``configure``: servers added over the admin API): a
+server whose configuration changed is closed and started afresh on next use. A request
+that cannot wait for a slow server (``listing(wait=...)``) goes on without its tools,
+while the listing carries on in the background for the requests after it.
+
 Tool calls count as well: the connections the manager hands to ``McpTool`` report every
 list and call outcome here and refuse to connect while their server is quarantined, and
 ``call()`` calls a tool by server and tool name. A tool's own error result, and an error
@@ -23,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from parley.mcp.client import (
     CallResult,
+    McpBackoff,
     McpCallTimeout,
     McpClientError,
     McpConnection,
@@ -43,6 +49,16 @@ MAX_QUARANTINE_SECONDS = 600.0
 
 class McpQuarantined(McpClientError):
     """The server is quarantined; no connection was attempted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The tools of the servers asked for, and why any of them brought none."""
+
+    tools: list[McpTool]
+    problems: dict[str, str]
+    """Server name -> a sentence for the user (disabled, quarantined, still connecting,
+    failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +85,8 @@ class _Server:
         self.tool_count = 0
         self.outcomes = 0
         """How many outcomes were recorded (to tell whether an attempt recorded its own)."""
+        self.listing: asyncio.Task[list[McpTool]] | None = None
+        """The listing under way (requests share it; none when idle)."""
 
     @property
     def label(self) -> str:
@@ -78,17 +96,21 @@ class _Server:
         until = self.quarantined_until
         return until is not None and self.policy.clock() < until
 
+    def quarantine_left(self) -> float | None:
+        """Seconds of quarantine left (None: not quarantined)."""
+        until = self.quarantined_until
+        if until is None:
+            return None
+        left = until - self.policy.clock()
+        return round(left, 1) if left > 0 else None
+
     def admit(self) -> None:
         """Raise ``McpQuarantined`` if the server may not be tried now."""
         until = self.quarantined_until
         if until is None:
             return
-        left = until - self.policy.clock()
-        if left > 0:
-            raise McpQuarantined(
-                f"{self.label} is quarantined for another {left:.0f} s after "
-                f"{self.failures} failures in a row; last error: {self.last_error}"
-            )
+        if until - self.policy.clock() > 0:
+            raise McpQuarantined(_quarantine_text(self))
 
     def succeeded(self, latency_ms: float, tool_count: int | None = None) -> None:
         self.outcomes += 1
@@ -126,7 +148,7 @@ class _ManagedConnection(McpConnection):
     no attempt while the server is quarantined. ``McpTool`` runs through it unchanged."""
 
     def __init__(self, server: _Server) -> None:
-        super().__init__(server.config)
+        super().__init__(server.config, clock=server.policy.clock)
         self._server = server
 
     async def list_tools(self) -> list[ToolInfo]:
@@ -159,6 +181,9 @@ class _ManagedConnection(McpConnection):
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             return  # abandoned by a deadline above, which records the failure itself
+        if isinstance(exc, McpBackoff):
+            self._server.last_error = str(exc)  # no attempt was made: nothing to count
+            return
         if isinstance(exc, McpCallTimeout) or not self.health().connected:
             self._server.failed(str(exc))
         else:
@@ -170,7 +195,7 @@ class McpManager:
 
     def __init__(
         self,
-        configs: Sequence[ServerConfig],
+        configs: Sequence[ServerConfig] = (),
         *,
         failures_to_quarantine: int = 3,
         quarantine_seconds: float = 60.0,
@@ -181,15 +206,40 @@ class McpManager:
             raise ValueError("failures_to_quarantine must be at least 1")
         if quarantine_seconds <= 0:
             raise ValueError("quarantine_seconds must be positive")
-        policy = _Policy(failures_to_quarantine, quarantine_seconds, clock)
+        self._policy = _Policy(failures_to_quarantine, quarantine_seconds, clock)
         self._servers: dict[str, _Server] = {}
-        for config in configs:
-            if config.name in self._servers:
-                raise ValueError(f"two MCP servers are named {config.name!r}")
-            self._servers[config.name] = _Server(config, policy)
         self._max_chars = max_chars
-        self._abandoned: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
         self._closed = False
+        self.configure(configs)
+
+    def configure(self, configs: Sequence[ServerConfig]) -> None:
+        """Make the set exactly ``configs``: new servers join (connected on first use),
+        changed ones are closed and start afresh, missing ones are closed."""
+        wanted: dict[str, ServerConfig] = {}
+        for config in configs:
+            if config.name in wanted:
+                raise ValueError(f"two MCP servers are named {config.name!r}")
+            wanted[config.name] = config
+        servers: dict[str, _Server] = {}
+        for name, config in wanted.items():
+            server = self._servers.pop(name, None)
+            if server is not None and server.config != config:
+                self._retire(server)
+                server = None
+            servers[name] = server or _Server(config, self._policy)
+        for server in self._servers.values():
+            self._retire(server)
+        self._servers = servers
+
+    @property
+    def names(self) -> list[str]:
+        """Every configured server's name, enabled or not, in configuration order."""
+        return list(self._servers)
+
+    def config(self, name: str) -> ServerConfig | None:
+        server = self._servers.get(name)
+        return None if server is None else server.config
 
     async def tools(self) -> list[McpTool]:
         """Every reachable server's tools, listed concurrently.
@@ -197,15 +247,50 @@ class McpManager:
         A server that is disabled, quarantined, failing or slower than its own
         ``timeout_seconds`` contributes nothing; the others are not held up by it.
         """
+        return (await self.listing()).tools
+
+    async def listing(
+        self, names: Iterable[str] | None = None, *, wait: float | None = None
+    ) -> Listing:
+        """The tools of ``names`` (default: every server), listed concurrently, and a
+        reason for each server that brought none.
+
+        Each server is given its own ``timeout_seconds``; with ``wait``, this returns
+        after at most ``wait`` seconds and a slower server's listing carries on in the
+        background (its tools are cached for the next request).
+        """
+        problems: dict[str, str] = {}
         if self._closed:
-            return []
-        servers = [
-            server
-            for server in self._servers.values()
-            if server.config.enabled and not server.quarantined()
-        ]
-        listed = await asyncio.gather(*(self._list(server) for server in servers))
-        return [tool for tools in listed for tool in tools]
+            return Listing([], {})
+        chosen: list[_Server] = []
+        for name in dict.fromkeys(self._servers if names is None else names):
+            server = self._servers.get(name)
+            if server is None:
+                problems[name] = f"there is no MCP server named {name!r}"
+            elif not server.config.enabled:
+                problems[name] = f"{server.label} is disabled"
+            elif server.quarantined():
+                problems[name] = _quarantine_text(server)
+            else:
+                chosen.append(server)
+        tasks = {server.config.name: self._listing_task(server) for server in chosen}
+        if tasks:
+            await asyncio.wait(set(tasks.values()), timeout=wait)
+        tools: list[McpTool] = []
+        for server in chosen:
+            task = tasks[server.config.name]
+            if not task.done():
+                problems[server.config.name] = (
+                    f"{server.label} is still connecting (waited {wait:g} s); its tools "
+                    "will be offered once it answers"
+                )
+                continue
+            found = task.result()
+            if found:
+                tools.extend(found)
+            elif server.last_error is not None:
+                problems[server.config.name] = server.last_error
+        return Listing(tools, problems)
 
     async def call(
         self,
@@ -220,7 +305,7 @@ class McpManager:
     def health(self) -> list[dict[str, Any]]:
         """One entry per configured server, in configuration order.
 
-        ``quarantined_until`` is on the manager's clock (``time.monotonic`` unless given);
+        ``quarantined_for_seconds`` is how long the quarantine has left (None: none);
         ``latency_ms`` is that of the last successful call or listing.
         """
         report: list[dict[str, Any]] = []
@@ -232,9 +317,7 @@ class McpManager:
                     "transport": server.config.transport,
                     "enabled": server.config.enabled,
                     "connected": connection is not None and connection.health().connected,
-                    "quarantined_until": (
-                        server.quarantined_until if server.quarantined() else None
-                    ),
+                    "quarantined_for_seconds": server.quarantine_left(),
                     "consecutive_failures": server.failures,
                     "last_error": server.last_error,
                     "tool_count": server.tool_count,
@@ -246,14 +329,10 @@ class McpManager:
     async def close(self) -> None:
         """Close every connection (stdio processes are stopped); the manager is then done."""
         self._closed = True
-        for task in self._abandoned:
-            task.cancel()
-        connections = [s.connection for s in self._servers.values() if s.connection is not None]
-        await asyncio.gather(
-            *(connection.close() for connection in connections),
-            *self._abandoned,
-            return_exceptions=True,
-        )
+        for server in self._servers.values():
+            self._retire(server)
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def __aenter__(self) -> McpManager:
         return self
@@ -278,6 +357,14 @@ class McpManager:
             server.connection = _ManagedConnection(server)
         return server.connection
 
+    def _listing_task(self, server: _Server) -> asyncio.Task[list[McpTool]]:
+        task = server.listing
+        if task is None or task.done():
+            task = asyncio.create_task(self._list(server), name=f"mcp-tools:{server.config.name}")
+            server.listing = task
+            self._keep(task)
+        return task
+
     async def _list(self, server: _Server) -> list[McpTool]:
         """One server's tools within its deadline; never raises ``McpClientError``."""
         connection = self._connection(server)
@@ -300,15 +387,35 @@ class McpManager:
             return []  # recorded by the connection
         return [McpTool(connection, info, self._max_chars) for info in infos]
 
+    def _retire(self, server: _Server) -> None:
+        """Stop using ``server``: its listing is cancelled and its connection closed in
+        the background (``close`` waits for both)."""
+        if server.listing is not None:
+            server.listing.cancel()
+        connection, server.connection = server.connection, None
+        if connection is not None:
+            self._keep(asyncio.ensure_future(connection.close()))
+
     def _abandon(self, task: asyncio.Task[Any]) -> None:
         """Cancel a listing past its deadline and let it clean up in the background."""
         task.cancel()
-        self._abandoned.add(task)
-        task.add_done_callback(_forget(self._abandoned))
+        self._keep(task)
+
+    def _keep(self, task: asyncio.Future[Any]) -> None:
+        self._background.add(task)
+        task.add_done_callback(_forget(self._background))
 
 
-def _forget(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
-    def done(task: asyncio.Task[Any]) -> None:
+def _quarantine_text(server: _Server) -> str:
+    left = server.quarantine_left() or 0
+    return (
+        f"{server.label} is quarantined for another {left:.0f} s after "
+        f"{server.failures} failures in a row; last error: {server.last_error}"
+    )
+
+
+def _forget(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(task: asyncio.Future[Any]) -> None:
         tasks.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: the deadline already recorded the failure

@@ -72,6 +72,8 @@ class Assistant:
     tool_policies: dict[str, ToolPolicy] = field(default_factory=dict)
     """Tool name or fnmatch glob -> policy (see ``conversations.assistants``)."""
     knowledge_bases: tuple[str, ...] = ()
+    mcp_servers: tuple[str, ...] = ()
+    """MCP servers whose tools the assistant gets, by name."""
     memory: AssistantMemory = AssistantMemory()
     regex_rules: tuple[RegexRule, ...] = ()
     transformers: dict[str, Any] = field(default_factory=dict)
@@ -94,6 +96,7 @@ EDITABLE = frozenset(
         "tools",
         "tool_policies",
         "knowledge_bases",
+        "mcp_servers",
         "memory",
         "regex_rules",
         "transformers",
@@ -242,7 +245,7 @@ def _columns(fields: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"not editable assistant fields: {sorted(unknown)}")
     values = dict(fields)
-    for name in ("tools", "knowledge_bases"):
+    for name in ("tools", "knowledge_bases", "mcp_servers"):
         if name in values:
             values[name] = list(values[name])
     if "memory" in values:
@@ -271,6 +274,7 @@ def _assistant(row: Any) -> Assistant:
         tools=tuple(row["tools"] or ()),
         tool_policies=dict(row["tool_policies"] or {}),
         knowledge_bases=tuple(row["knowledge_bases"] or ()),
+        mcp_servers=tuple(row["mcp_servers"] or ()),
         memory=AssistantMemory(
             enabled=bool(memory.get("enabled", False)),
             retrieval=bool(memory.get("retrieval", False)),

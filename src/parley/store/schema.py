@@ -152,6 +152,8 @@ assistants = Table(
     Column("generate_suggestions", Boolean, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # MCP server names (mcp_servers.name or the config file's), all their tools offered
+    Column("mcp_servers", JSON, nullable=False, server_default=text("'[]'")),
     UniqueConstraint("owner", "name", name="uq_assistants_owner_name"),
     Index("ix_assistants_owner_created", "owner", "created_at"),
 )
@@ -304,4 +306,15 @@ citations = Table(
     Column("section", Text, nullable=True),
     Column("created_at", Float, nullable=False),
     Index("ix_citations_message", "message_id", "rank"),
+)
+
+# MCP servers added over the admin API (store/mcp_servers.py); the config file's are not
+# here. ``config`` is McpServerSettings as JSON, secrets in plain text like the config file
+mcp_servers = Table(
+    "mcp_servers",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("config", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )

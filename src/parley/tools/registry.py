@@ -5,7 +5,8 @@ the registry expands a name into the full definition the model is offered and ha
 agent loop the ``Tool`` that runs it. The registry only knows what exists: which tools a
 request may use, which are active this iteration (``lru.py``) and how their output is
 capped (``output.py``) live elsewhere. The built-ins are registered by
-``builtins.build_registry``.
+``builtins.build_registry``; a request's MCP tools join them in a copy made for that
+request (``with_tools``), since MCP servers come and go while the server runs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ class ToolRegistry:
         if name in self._tools:
             raise ValueError(f"a server tool named {name!r} is already registered")
         self._tools[name] = tool
+
+    def with_tools(self, extra: Iterable[Tool]) -> ToolRegistry:
+        """A new registry: these tools and ``extra`` (one request's MCP tools); a name
+        already taken keeps its first tool."""
+        combined = ToolRegistry()
+        combined._tools = dict(self._tools)
+        for tool in extra:
+            combined._tools.setdefault(tool.spec.name, tool)
+        return combined
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
