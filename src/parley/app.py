@@ -12,6 +12,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx
@@ -40,6 +41,7 @@ from parley.api import knowledge as knowledge_api
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator
+from parley.api.mcp import check_admissible
 from parley.api.state import AppState
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
@@ -116,8 +118,12 @@ def create_app(settings: Settings) -> FastAPI:
             await knowledge.start()
         memory = MemoryService(MemoryStore(database), embedder)
         citations = CitationStore(database)
-        mcp = McpService(settings.mcp, McpServerStore(database))
-        await mcp.reload()  # reads the rows only: servers connect on first use
+        mcp = McpService(
+            settings.mcp,
+            McpServerStore(database),
+            admit=partial(check_admissible, mcp=settings.mcp),  # the rules of today
+        )
+        await mcp.start()  # reads the rows only: servers connect on first use
         outgoing = OutgoingBuilder(
             settings,
             registry,

@@ -1,4 +1,5 @@
-"""Admission control, on a tiny ASGI app: the in-flight cap and the loop-lag guard."""
+"""Admission control, on a tiny ASGI app: the in-flight cap and the loop-lag guard, and
+the routes they guard."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ async def test_a_late_loop_refuses_new_requests() -> None:
         assert (await client.post("/v1/chat/completions")).status_code == 503
         await asyncio.sleep(0.6)  # the lag decays once the loop is on time again
         assert (await client.post("/v1/chat/completions")).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/", "/v1/tasks", "/chat/chat/completions"])
+async def test_the_routes_that_start_work_are_guarded(path: str) -> None:
+    release = asyncio.Event()
+    guard = Admission(slow_app(release), max_in_flight=1, max_loop_lag_ms=0)
+    transport = httpx.ASGITransport(app=guard)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        first = asyncio.ensure_future(client.post(path))
+        await asyncio.sleep(0.05)
+        assert guard.in_flight == 1
+        refused = await client.post(path)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "overloaded"
+        release.set()
+        assert (await first).status_code == 200

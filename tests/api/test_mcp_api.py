@@ -201,6 +201,81 @@ def test_the_stdio_allowlist(admin: httpx.Client, folder: Path) -> None:
     assert "leaky" not in _by_name(admin)
 
 
+def test_env_hooks_that_would_run_other_code_are_refused(admin: httpx.Client, folder: Path) -> None:
+    hooks = {
+        "NODE_OPTIONS": "--import=data:text/javascript,process.exit(7)",
+        "BASH_ENV": "/tmp/evil.sh",
+        "PYTHONPATH": "/tmp/evil",
+        "JAVA_TOOL_OPTIONS": "-javaagent:/tmp/evil.jar",
+        "npm_config_registry": "https://evil.example/",
+        "GIT_SSH_COMMAND": "touch /tmp/owned",
+        "LD_AUDIT": "/tmp/evil.so",
+        "BAD NAME": "x",
+    }
+    for name, value in hooks.items():
+        body = {"name": "hooked", **_stdio(folder, "hooked.started", env={name: value})}
+        error = api_error(admin.post("/mcp/servers", json=body), 403)
+        assert error["code"] == "mcp_server_refused", error
+        assert error["param"] == f"env.{name}"
+        assert repr(name) in error["message"]
+        assert "mcp.stdio_env_allowlist" in error["message"]
+    both = {"NODE_OPTIONS": "x", "BASH_ENV": "y", "GITHUB_TOKEN": "z"}
+    body = {"name": "hooked", **_stdio(folder, "hooked.started", env=both)}
+    error = api_error(admin.post("/mcp/servers", json=body), 403)
+    assert error["param"] == "env"
+    assert "'NODE_OPTIONS', 'BASH_ENV'" in error["message"]
+    assert "GITHUB_TOKEN" not in error["message"]
+
+    # ordinary names pass, and so do the harmless ones under a refused prefix
+    fine = {"GITHUB_TOKEN": "t", "NODE_ENV": "production", "PYTHONUNBUFFERED": "1"}
+    _created(admin.post("/mcp/servers", json={"name": "fine", **_stdio(folder, "f", env=fine)}))
+    # a PATCH and an import are checked the same way
+    error = api_error(admin.patch("/mcp/servers/fine", json={"env": {"BASH_ENV": "x"}}), 403)
+    assert error["code"] == "mcp_server_refused"
+    entry = _stdio(folder, "imp.started", env={"PYTHONSTARTUP": "/tmp/evil.py"})
+    result = admin.post("/mcp/servers/import", json={"mcpServers": {"imp": entry}}).json()
+    assert result["created"] == []
+    assert "PYTHONSTARTUP" in result["skipped"][0]["reason"]
+    # an http server runs no process: its env is not checked ...
+    remote = {"name": "far", "url": "https://mcp.example.com/mcp", "env": {"BASH_ENV": "x"}}
+    _created(admin.post("/mcp/servers", json=remote))
+    # ... until it becomes a stdio server
+    switch = {"url": None, "command": sys.executable}
+    assert api_error(admin.patch("/mcp/servers/far", json=switch), 403)["param"] == "env.BASH_ENV"
+    assert not list(folder.glob("*.started"))
+
+
+@pytest.fixture(scope="module")
+def strict_server(
+    upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ParleyServer]:
+    mcp = {"stdio_allowlist": [sys.executable], "stdio_env_allowlist": ["GITHUB_TOKEN", "LD_X"]}
+    config = server_config(upstream, mcp=mcp)
+    with ParleyServer(tmp_path_factory.mktemp("mcp-strict"), config) as running:
+        yield running
+
+
+def test_the_stdio_env_allowlist_replaces_the_default_rules(
+    strict_server: ParleyServer, folder: Path
+) -> None:
+    key = strict_server.create_key("root", "--admin")
+    with strict_server.client(key) as admin:
+        for env in ({"OTHER": "x"}, {"NODE_OPTIONS": "x"}, {"github_token": "x"}):
+            body = {"name": "strict", **_stdio(folder, "strict.started", env=env)}
+            error = api_error(admin.post("/mcp/servers", json=body), 403)
+            assert error["code"] == "mcp_server_refused"
+            assert repr(next(iter(env))) in error["message"]
+            assert "not on mcp.stdio_env_allowlist" in error["message"]
+            assert "GITHUB_TOKEN, LD_X" in error["message"]
+        # what the operator lists is allowed, exactly, even a name the defaults refuse
+        env = {"GITHUB_TOKEN": "t", "LD_X": "y"}
+        body = {"name": "strict", **_stdio(folder, "strict.started", env=env)}
+        _created(admin.post("/mcp/servers", json=body))
+        error = api_error(admin.patch("/mcp/servers/strict", json={"env": {"OTHER": "x"}}), 403)
+        assert error["param"] == "env.OTHER"
+    assert not list(folder.glob("*.started"))
+
+
 def test_bad_names_and_fields_are_400(admin: httpx.Client, folder: Path) -> None:
     for name in ("a__b", "x" * 33, "", "has space"):
         body = {"name": name, **_stdio(folder, "bad.started")}

@@ -4,6 +4,8 @@ Run as a script it serves over stdio; ``python servers.py http PORT`` serves str
 HTTP at ``/mcp`` (``--no-get``: without the optional GET stream, answering it 405) and
 ``python servers.py sse PORT`` the older SSE transport at ``/sse``, both on 127.0.0.1.
 ``build()`` gives the server itself, for an app served in the test's own process.
+``python servers.py odd`` serves ``ODD_TOOLS`` over stdio with the SDK's low-level
+``Server``, which lists whatever schemas it is given (``MCPServer`` makes valid ones).
 """
 
 from __future__ import annotations
@@ -123,6 +125,56 @@ def build() -> MCPServer:
     return server
 
 
+ODD_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fine": ("A tool with a good schema.", {"type": "object", "properties": {"a": {}}}),
+    "wordy": ("w" * 10_000, {"type": "object"}),
+    "patterned": (  # a JavaScript pattern Python's re cannot compile: formats are not checked
+        "A pattern.",
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "^\\p{L}+$"}}},
+    ),
+    "banana": (
+        "Invalid JSON Schema.",
+        {"type": "object", "properties": {"a": {"type": "banana"}}},
+    ),
+    "negative": (
+        "A negative length.",
+        {"type": "object", "properties": {"a": {"type": "string", "minLength": -1}}},
+    ),
+    "huge": (
+        "A schema over 64 KB.",
+        {"type": "object", "properties": {f"p{i}": {"description": "d" * 100} for i in range(700)}},
+    ),
+}
+"""Tools by name: (description, input schema); the first three are usable. (The SDK's
+client refuses a whole listing with a tool whose schema is not ``type: object``, so such
+a tool cannot be served here: ``tests/mcp/test_client.py`` checks those rules alone.)"""
+
+
+def serve_odd() -> None:
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        tools = [
+            types.Tool(name=name, description=description, input_schema=schema)
+            for name, (description, schema) in ODD_TOOLS.items()
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=f"called {params.name}")])
+
+    server: Server[Any] = Server("odd", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
 def serve(transport: str, port: int, with_get: bool = True) -> None:
     import uvicorn
 
@@ -147,7 +199,9 @@ def _without_get(app: Any) -> Any:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
+    if sys.argv[1:] == ["odd"]:
+        serve_odd()
+    elif len(sys.argv) > 2:
         serve(sys.argv[1], int(sys.argv[2]), with_get="--no-get" not in sys.argv)
     else:
         WIRE = os.dup(1)

@@ -86,6 +86,15 @@ def ask(client: openai.OpenAI, **extra: Any) -> ChatCompletion:
     )
 
 
+def approve(client: openai.OpenAI, conversation_id: str, call_id: str) -> ChatCompletion:
+    """Approve a paused call; the reply carries on."""
+    return client.post(
+        f"/conversations/{conversation_id}/approvals",
+        body={"decisions": [{"tool_call_id": call_id, "decision": "approve"}]},
+        cast_to=ChatCompletion,
+    )
+
+
 def call(
     client: openai.OpenAI, upstream: MockOpenAI, name: str, arguments: dict[str, Any]
 ) -> tuple[str, ChatCompletion]:
@@ -293,11 +302,7 @@ def test_an_mcp_call_that_needs_approval_runs_once_approved(
     extra = parley_of(paused)
     assert extra["pending_approvals"][0]["tool"] == "mcp__local__echo"
     upstream.queue_text("echoed")
-    resumed = client.post(
-        f"/conversations/{extra['conversation_id']}/approvals",
-        body={"decisions": [{"tool_call_id": "call_e", "decision": "approve"}]},
-        cast_to=ChatCompletion,
-    )
+    resumed = approve(client, extra["conversation_id"], "call_e")
     assert resumed.choices[0].message.content == "echoed"
     assert tool_results(upstream.requests[-1])["call_e"] == "approved"
 
@@ -314,28 +319,78 @@ def test_health_shows_each_server(server: ParleyServer, client: openai.OpenAI) -
     assert health["off"]["enabled"] is False
 
 
+IGNORES_EOF = (
+    "import runpy, sys, time\n"
+    "sys.argv = [sys.argv[1]]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "time.sleep(120)  # stdin closed: an orphan would live on; only a signal stops it\n"
+)
+
+
 def test_stopping_parley_stops_its_stdio_servers(
-    upstream: MockOpenAI, http_server: HttpServer, tmp_path_factory: pytest.TempPathFactory
+    upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    config = server_config(upstream, mcp=mcp_settings(http_server))
+    sturdy = {
+        "command": sys.executable,
+        "args": ["-c", IGNORES_EOF, SERVER_SCRIPT],
+        "env": {"PYTHONPATH": ROOT},
+        "timeout": 5,
+    }
+    config = server_config(upstream, mcp={"servers": {"sturdy": sturdy}})
     with ParleyServer(tmp_path_factory.mktemp("parley-stop"), config) as parley:
         client = openai.OpenAI(base_url=f"{parley.url}/v1", api_key="x", max_retries=0)
-        result, _ = call(client, upstream, "mcp__local__pid", {})
+        result, _ = call(client, upstream, "mcp__sturdy__pid", {})
         pid = int(result)
         os.kill(pid, 0)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        if _is_zombie(pid):
-            break
+    while not _gone(pid):
         assert time.monotonic() < deadline, "the stdio server outlived Parley"
         time.sleep(0.1)
 
 
-def _is_zombie(pid: int) -> bool:
+def test_an_approved_call_whose_server_went_away_gets_the_reason(
+    upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with HttpServer() as web:
+        settings = {"servers": {"flaky": {"url": web.url, "timeout": 3}}}
+        config = server_config(upstream, mcp=settings, tools={"approval": {"mcp__flaky__*": "ask"}})
+        parley = ParleyServer(tmp_path_factory.mktemp("parley-gone"), config)
+        with parley:
+            client = openai.OpenAI(base_url=f"{parley.url}/v1", api_key="x", max_retries=0)
+            upstream.queue_tool_calls([("call_f", "mcp__flaky__echo", '{"text": "hi"}')])
+            paused = ask(client)
+            conversation = parley_of(paused)["conversation_id"]
+            assert parley_of(paused)["pending_approvals"][0]["tool"] == "mcp__flaky__echo"
+            web.__exit__(None, None, None)  # the server goes away while the call waits
+            upstream.queue_text("sorry")
+            resumed = approve(client, conversation, "call_f")
+            assert resumed.choices[0].message.content == "sorry"
+            result = tool_results(upstream.requests[-1])["call_f"]
+            assert "'flaky'" in result
+            assert "Unknown tool" not in result
+
+
+def test_tasks_use_the_mcp_tools_they_name(server: ParleyServer, upstream: MockOpenAI) -> None:
+    upstream.queue_tool_calls([("call_t", "mcp__local__add", '{"a": 20, "b": 22}')])
+    upstream.queue_text("42 it is")
+    response = httpx.post(
+        f"{server.url}/v1/tasks",
+        json={"task": "add 20 and 22", "model": MODEL, "tools": ["mcp__local__add"]},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["result"] == "42 it is"
+    assert {n for n in offered(upstream.requests[-2]) if n.startswith("mcp__")} == {
+        "mcp__local__add"
+    }
+    assert tool_results(upstream.requests[-1])["call_t"] == "42"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"

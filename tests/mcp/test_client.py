@@ -25,6 +25,7 @@ from parley.mcp.client import (
     McpConnectionLost,
     ServerConfig,
 )
+from parley.mcp.listing import MAX_DESCRIPTION_CHARS, schema_problem
 from parley.mcp.tools import McpTool, cap, server_tools, to_output, tool_name
 from parley.tools.protocol import ToolOutput
 from tests.mcp import servers
@@ -293,6 +294,61 @@ async def test_unreachable_http_server_is_an_error_output() -> None:
     assert "MCP server 'gone'" in out.content
 
 
+async def test_tools_with_unusable_schemas_are_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real server (the SDK's low-level one) lists bad schemas: those tools never reach
+    the model, the log and ``health().skipped`` say why, and the rest still work."""
+    config = stdio_config(name="odd", args=(SERVER_SCRIPT, "odd"))
+    async with McpConnection(config) as conn:
+        with caplog.at_level("WARNING", logger="parley.mcp.listing"):
+            tools = {tool.info.name: tool for tool in await server_tools(conn)}
+        assert set(tools) == {"fine", "wordy", "patterned"}
+        wordy = tools["wordy"].spec.description
+        assert len(wordy) == MAX_DESCRIPTION_CHARS
+        assert wordy.endswith("w…")
+        assert tools["patterned"].spec.parameters["properties"]["a"]["pattern"] == "^\\p{L}+$"
+        out = await tools["fine"].run({"a": 1}, None)  # type: ignore[arg-type]
+        assert out.content == "called fine"
+
+        health = conn.health()
+        assert health.tool_count == 3
+        reasons = {skipped.name: skipped.reason for skipped in health.skipped}
+        assert set(reasons) == set(servers.ODD_TOOLS) - set(tools)
+        assert "not valid JSON Schema (at properties/a/type:" in reasons["banana"]
+        assert "(at properties/a/minLength: -1 is less than" in reasons["negative"]
+        assert "over the 65,536 allowed" in reasons["huge"]
+        logged = caplog.text
+        for name in reasons:
+            assert f"tool {name!r} is left out" in logged
+        # a listing from the cache is the same, and logs nothing more
+        caplog.clear()
+        assert {tool.name for tool in await conn.list_tools()} == set(tools)
+        assert not caplog.records
+
+
+def test_schema_rules() -> None:
+    assert schema_problem({"type": "object", "properties": {"a": {"type": "string"}}}) is None
+    assert schema_problem({}) is None  # no type: taken as an object
+    assert schema_problem({"$schema": "http://json-schema.org/draft-07/schema#"}) is None
+    deep: dict[str, object] = {}
+    inner = deep
+    for _ in range(5_000):
+        inner["a"] = {}
+        inner = inner["a"]  # type: ignore[assignment]
+    for schema, words in (
+        ({"type": "string"}, "type is 'string', not 'object'"),
+        ({"type": ["object", "null"]}, "not 'object'"),
+        ({"properties": ["a"]}, "properties are not an object"),
+        ({"type": "object", "required": "a"}, "(at required: 'a' is not of type 'array')"),
+        ({"$schema": 7}, "$schema is not a string"),
+        ({"type": "object", "properties": deep}, "cannot be read"),
+    ):
+        problem = schema_problem(schema)
+        assert problem is not None
+        assert words in problem, problem
+
+
 def test_tool_names_are_sanitized_and_short() -> None:
     assert tool_name("my server", "do.thing!") == "mcp__my_server__do_thing_"
     assert len(tool_name("s" * 40, "t" * 40)) == 64
@@ -323,6 +379,21 @@ def test_config_validation() -> None:
     assert "sk-" not in repr(
         ServerConfig(name="x", url="http://h", transport="http", bearer_token="sk-1")
     )
+
+
+def test_the_config_repr_shows_no_secrets() -> None:
+    remote = ServerConfig(
+        name="x",
+        transport="http",
+        url="http://h",
+        headers={"X-Api-Key": "header-SECRET"},
+        bearer_token="bearer-SECRET",
+    )
+    local = stdio_config(env={"GITHUB_TOKEN": "env-SECRET"})
+    for config in (remote, local):
+        assert "SECRET" not in repr(config)
+        assert "SECRET" not in str(config)
+    assert "name='x'" in repr(remote)
 
 
 @pytest.mark.parametrize("transport", ["http", "sse"])

@@ -11,8 +11,10 @@ import contextlib
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Literal
@@ -26,7 +28,12 @@ from parley.mcp.client import (
     McpConnectionLost,
 )
 from parley.mcp.tools import to_output
-from parley.mcp.transports import stdio_environment
+from parley.mcp.transports import (
+    STDERR_KEEP_BYTES,
+    STDERR_TAIL,
+    StderrTail,
+    stdio_environment,
+)
 from tests.mcp.test_client import ROOT, SERVER_SCRIPT, free_port, stdio_config, url_config
 
 pytestmark = pytest.mark.anyio
@@ -321,3 +328,80 @@ async def test_failed_connects_back_off_and_a_success_resets(tmp_path: Path) -> 
         await fails()
         await fails()
         await refused(0.5)
+
+
+# -- stderr ---------------------------------------------------------------------------------
+
+FLOOD_MB = 21
+FLOOD = f"""\
+import sys, time
+line = "x" * 1023 + "\\n"
+for _ in range({FLOOD_MB} * 1024):
+    sys.stderr.write(line)
+sys.stderr.write("the last words\\n")
+sys.stderr.flush()
+time.sleep(0.5)
+sys.exit(3)
+"""
+
+
+def temporary_file_sizes() -> list[int]:
+    """The sizes of the temporary files this process has open (deleted ones included)."""
+    sizes = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            info = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and (
+            target.startswith(tempfile.gettempdir()) or "(deleted)" in target
+        ):
+            sizes.append(info.st_size)
+    return sizes
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+async def test_a_flood_on_stderr_is_kept_to_a_bounded_tail() -> None:
+    """A server that writes megabytes to stderr and then dies at startup: the error still
+    ends with what it wrote last, and neither disk nor memory held the flood."""
+    largest = 0
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal largest
+        while not done.is_set():
+            largest = max([largest, *temporary_file_sizes()])
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    started = time.monotonic()
+    try:
+        async with McpConnection(stdio_config(args=("-c", FLOOD), timeout_seconds=20)) as conn:
+            with pytest.raises(McpConnectError) as caught:
+                await conn.list_tools()
+    finally:
+        done.set()
+        await watcher
+    assert time.monotonic() - started < 15
+    message = str(caught.value)
+    assert message.endswith("x\nthe last words")
+    shown = message.partition("; stderr: ")[2]
+    assert shown.startswith("xxxx")
+    assert len(shown) < STDERR_TAIL
+    assert largest < STDERR_KEEP_BYTES
+
+
+async def test_the_stderr_tail_keeps_only_the_last_bytes() -> None:
+    tail = StderrTail(limit=1000)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", FLOOD, stdin=subprocess.DEVNULL, stderr=tail.writer
+        )
+        tail.spawned()
+        assert await process.wait() == 3
+        assert tail.text(chars=50).endswith("x\nthe last words")
+        assert tail.received > FLOOD_MB * 1024 * 1024
+        assert len(tail) == 1000
+    finally:
+        tail.close()

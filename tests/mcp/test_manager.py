@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from parley.mcp.client import McpClientError, ServerConfig
-from parley.mcp.manager import McpManager, McpQuarantined
+from parley.mcp.manager import McpManager, McpQuarantined, _Policy, _Server
 from parley.mcp.tools import to_output
 from tests.mcp.test_client import ROOT, HttpServer, stdio_config
 
@@ -159,6 +160,7 @@ async def test_health_fields(http_server: HttpServer) -> None:
                 "last_error": None,
                 "tool_count": 0,
                 "latency_ms": None,
+                "skipped_tools": [],
             },
             {
                 "name": "off",
@@ -170,6 +172,7 @@ async def test_health_fields(http_server: HttpServer) -> None:
                 "last_error": None,
                 "tool_count": 0,
                 "latency_ms": None,
+                "skipped_tools": [],
             },
         ]
         tools = await manager.tools()
@@ -214,3 +217,59 @@ def test_duplicate_names_and_bad_settings_are_refused() -> None:
         McpManager([stdio_config(), stdio_config()])
     with pytest.raises(ValueError, match="at least 1"):
         McpManager([], failures_to_quarantine=0)
+
+
+async def test_a_stuck_listing_delays_only_the_requests_that_meet_it_first() -> None:
+    stuck = stdio_config(name="stuck", args=("-c", HANG_AT_START), timeout_seconds=20)
+    async with McpManager([stuck, stdio_config(name="good")]) as manager:
+        first = await manager.listing(wait=2)
+        assert "mcp__good__echo" in names(first.tools)
+        assert "still connecting" in first.problems["stuck"]
+        started = time.monotonic()
+        second = await manager.listing(wait=2)  # the same listing is still under way
+        assert time.monotonic() - started < 1.0  # its wait is over: not another 2 s
+        assert "mcp__good__echo" in names(second.tools)
+        assert "still connecting" in second.problems["stuck"]
+
+
+async def test_reconfiguring_a_server_mid_listing_is_a_problem_not_an_exception() -> None:
+    stuck = stdio_config(name="stuck", args=("-c", HANG_AT_START), timeout_seconds=20)
+    async with McpManager([stuck]) as manager:
+        waiting = asyncio.create_task(manager.listing(wait=10))
+        await asyncio.sleep(0.5)
+        manager.configure([stdio_config(name="stuck")])  # now a working server
+        listing = await asyncio.wait_for(waiting, 5)
+        assert listing.tools == []
+        assert "reconfigured" in listing.problems["stuck"]
+        fresh = await manager.listing(wait=10)
+        assert "mcp__stuck__echo" in names(fresh.tools)
+
+
+def test_failures_during_a_quarantine_do_not_lengthen_it() -> None:
+    clock = FakeClock()
+    server = _Server(stdio_config(name="x"), _Policy(1, 60.0, clock))
+    server.failed("first")
+    assert server.quarantine_left() == 60
+    for _ in range(5):  # the other calls of the same step, failing as they end
+        server.failed("again")
+    assert server.quarantine_left() == 60
+    assert server.quarantines == 1
+    assert server.last_error == "again"
+    clock.now += 61
+    server.failed("after")
+    assert server.quarantine_left() == 120  # the next quarantine in a row doubles
+
+
+async def test_tools_handed_out_follow_a_changed_server() -> None:
+    async with McpManager([stdio_config(name="s")]) as manager:
+        (pid_tool,) = [t for t in await manager.tools() if t.info.name == "pid"]
+        before = (await pid_tool.run({}, None)).content  # type: ignore[arg-type]
+        manager.configure([stdio_config(name="s", timeout_seconds=7)])
+        after = (await pid_tool.run({}, None)).content  # type: ignore[arg-type]
+        assert after.isdigit()
+        assert after != before  # the same tool, on the server started with the new settings
+        assert pid_tool.connection.config.timeout_seconds == 7
+        manager.configure([])
+        gone = await pid_tool.run({}, None)  # type: ignore[arg-type]
+        assert gone.is_error
+        assert "closed" in gone.content

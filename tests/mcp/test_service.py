@@ -3,14 +3,15 @@ servers in step with the settings and the stored rows (real stdio servers)."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import pytest
 from pydantic import ValidationError
 
-from parley.errors import InvalidRequest
-from parley.mcp.service import McpChoice, McpService, StoredServer, split_tool_name
-from parley.mcp.settings import McpServerSettings, McpSettings, allowed_command
+from parley.errors import InvalidRequest, PermissionDenied
+from parley.mcp.service import McpChoice, McpService, UnavailableTool, split_tool_name
+from parley.mcp.settings import McpServerSettings, McpSettings, StoredServer, allowed_command
 from tests.mcp.test_client import ROOT, SERVER_SCRIPT
 
 pytestmark = pytest.mark.anyio
@@ -158,5 +159,58 @@ async def test_stored_servers_join_change_and_leave_without_shadowing_the_config
         assert gone.tools == []
         assert gone.notes == ["MCP tools left out: there is no MCP server named 'stored'"]
         assert service.manager.names == ["files"]
+    finally:
+        await service.close()
+
+
+async def test_resumed_calls_of_a_server_that_is_down_get_the_reason() -> None:
+    broken = McpServerSettings(command=sys.executable, args=["-c", "raise SystemExit(3)"])
+    service = McpService(McpSettings(servers={"broken": broken, "one": stdio()}))
+    try:
+        chosen = await service.tools_for(
+            McpChoice(resumed=("mcp__broken__write", "mcp__one__add", "mcp__one__nope"))
+        )
+        assert [tool.spec.name for tool in chosen.tools] == ["mcp__one__add"]
+        assert set(chosen.missing) == {"mcp__broken__write", "mcp__one__nope"}
+        assert "MCP server 'broken' is unavailable" in chosen.missing["mcp__broken__write"]
+        assert chosen.missing["mcp__one__nope"] == "server 'one' has no tool 'mcp__one__nope'"
+        stand_in = UnavailableTool("mcp__broken__write", chosen.missing["mcp__broken__write"])
+        output = await stand_in.run({}, None)  # type: ignore[arg-type]
+        assert output.is_error
+        assert output.content.startswith("Not run: MCP server 'broken' is unavailable")
+    finally:
+        await service.close()
+
+
+async def test_concurrent_refreshes_read_the_rows_once() -> None:
+    class SlowRows(Rows):
+        async def list(self) -> list[StoredServer]:
+            await asyncio.sleep(0.1)
+            return await super().list()
+
+    rows = SlowRows()
+    service = McpService(McpSettings(), rows)
+    try:
+        await asyncio.gather(*(service.refresh() for _ in range(10)))
+        assert rows.reads == 1
+    finally:
+        await service.close()
+
+
+async def test_a_stored_server_the_rules_now_refuse_stays_listed_but_disabled() -> None:
+    def admit(server: McpServerSettings) -> None:
+        if server.command == sys.executable:
+            raise PermissionDenied("command is no longer on mcp.stdio_allowlist")
+
+    rows = Rows(StoredServer("old", stdio(), 1.0, 1.0))
+    service = McpService(McpSettings(), rows, admit=admit)
+    try:
+        await service.reload()
+        (entry,) = service.describe()
+        assert entry["name"] == "old"
+        assert entry["enabled"] is False
+        assert entry["refused"] == "command is no longer on mcp.stdio_allowlist"
+        chosen = await service.tools_for(McpChoice(every_server=True))
+        assert chosen.tools == []
     finally:
         await service.close()

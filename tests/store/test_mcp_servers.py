@@ -115,6 +115,33 @@ async def test_a_row_that_no_longer_validates_is_left_out(
     await store.delete("broken")  # still deletable by name
 
 
+async def test_a_bad_row_is_logged_without_its_values(
+    store: McpServerStore, database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    secrets = {"bearer_token": "sk-row-SECRET", "headers": {"X-Api-Key": "header-SECRET"}}
+    configs = {
+        # the model's own check fails: its input is the whole row
+        "whole": {"url": "ftp://mcp.example.com/mcp", **secrets},
+        # a field fails: its input is the value
+        "field": {"url": "https://mcp.example.com/mcp", "timeout": "timeout-SECRET", **secrets},
+    }
+
+    def corrupt(conn: Connection) -> None:
+        for name, config in configs.items():
+            row = {"name": name, "config": config, "created_at": 0, "updated_at": 0}
+            conn.execute(insert(mcp_servers).values(row))
+
+    await database.write(corrupt)
+    with caplog.at_level("WARNING", logger="parley.store.mcp_servers"):
+        assert await store.list() == []
+    field, whole = sorted(record.getMessage() for record in caplog.records)
+    assert "server 'whole'" in whole
+    assert "http://" in whole  # why the url is wrong
+    assert "server 'field'" in field
+    assert "timeout: " in field
+    assert "SECRET" not in caplog.text
+
+
 async def test_the_service_reads_the_rows_without_connecting(store: McpServerStore) -> None:
     await store.create("remote", _http())
     service = McpService(

@@ -1,11 +1,12 @@
 """Admission control: beyond capacity, answer 503 at once instead of queueing.
 
-Two limits guard the chat routes: how many chat requests may be in flight (a stream
-counts until it ends), and how late the event loop may run. The loop's lateness is the
-honest measure of a saturated single-process server: when a timer set for 50 ms fires
-much later, every stream is already slower than it should be, so new requests are
-turned away (503 with Retry-After) until the loop catches up. Requests already admitted
-keep their latency; refused ones cost microseconds.
+Two limits guard the routes that start work (chat, tasks, and Parley's own MCP endpoint
+at ``/mcp``, whose tools search knowledge, memory and conversations): how many such
+requests may be in flight (a stream counts until it ends), and how late the event loop
+may run. The loop's lateness is the honest measure of a saturated single-process server:
+when a timer set for 50 ms fires much later, every stream is already slower than it
+should be, so new requests are turned away (503 with Retry-After) until the loop catches
+up. Requests already admitted keep their latency; refused ones cost microseconds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from parley.api.errors import error_response
 from parley.errors import Overloaded
 
-GUARDED = ("/v1/chat/completions", "/chat/chat/completions", "/v1/tasks")
+GUARDED = frozenset(
+    {"/v1/chat/completions", "/chat/chat/completions", "/v1/tasks", "/mcp", "/mcp/"}
+)
 _TICK = 0.05
 
 

@@ -11,13 +11,43 @@
 - ``GET /v1/mcp/servers/{name}/tools``: any caller; the one route that connects (and so
   may start a stdio server). Nothing else here starts a process or opens a connection.
   A server that brings no tools answers 502 (``mcp_unavailable``; the reason for admins
-  only, as ``last_error``), or 409 when it is disabled.
+  only: its ``last_error``), or 409 when it is disabled.
 
-A server added here is trusted less than the config file's: a stdio one may only run a
-command on ``mcp.stdio_allowlist`` and may not set ``PATH`` or the dynamic loader's
-variables in its ``env`` (which would make the allowlisted name run another program),
-and none may use ``bearer_token_env`` (it would send the server's own environment, its
-provider keys say, to any URL). These refusals are 403s.
+A server added here is trusted less than the config file's. These refusals are 403s:
+
+- A stdio one may only run a command on ``mcp.stdio_allowlist``.
+- Its ``env`` may not make the allowlisted program run or load other code. With
+  ``mcp.stdio_env_allowlist`` set, every name must be on that list, exactly (and nothing
+  else is checked). Without it (the default), names must be ``[A-Za-z_][A-Za-z0-9_]*``
+  and none may be a loader, shell, interpreter or package-runner hook, compared without
+  case (``refused_env``):
+
+  - anything with ``OPTIONS`` in it or ending in ``_OPTS`` (``NODE_OPTIONS``,
+    ``JAVA_TOOL_OPTIONS``, ``_JAVA_OPTIONS``, ``JDK_JAVA_OPTIONS``, ``MAVEN_OPTS``);
+  - the prefixes ``LD_``, ``DYLD_``, ``BASH_FUNC_``, ``GIT_``, ``XDG_``, ``OPENSSL_``,
+    ``PYTHON``, ``PERL``, ``RUBY``, ``GEM_``, ``BUNDLE_``, ``LUA_``, ``NODE_``,
+    ``NPM_CONFIG_``, ``YARN_``, ``COREPACK_``, ``BUN_``, ``DENO_``, ``ELECTRON_``,
+    ``UV_``, ``PIP_``, ``PIPX_``, ``DOTNET_``, ``CORECLR_``, ``COMPLUS_``, ``CARGO_``,
+    ``RUSTUP_``, ``RUSTC``, ``DOCKER_`` (a package runner's registry is code too);
+  - the names ``PATH``, ``PATHEXT``, ``SHELL``, ``COMSPEC``, ``HOME``, ``ENV``,
+    ``BASH_ENV``, ``BASHOPTS``, ``SHELLOPTS``, ``PS4``, ``IFS``, ``CDPATH``,
+    ``PROMPT_COMMAND``, ``ZDOTDIR``, ``EDITOR``, ``VISUAL``, ``PAGER``, ``MANPAGER``,
+    ``LESSOPEN``, ``LESSCLOSE``, ``BROWSER``, ``SSH_ASKPASS``, ``SUDO_ASKPASS``,
+    ``GCONV_PATH``, ``LOCPATH``, ``NLSPATH``, ``GLIBC_TUNABLES``, ``SSLKEYLOGFILE``,
+    ``CLASSPATH``, ``JAVA_HOME``, ``GOFLAGS``, ``GOPROXY``, ``GOTOOLCHAIN``, ``GOROOT``,
+    ``GOPATH``, ``GOENV``, ``GOSUMDB``, ``GONOSUMDB``, ``GOINSECURE``, ``GOPRIVATE``,
+    ``GONOPROXY``, ``PHPRC``, ``PHP_INI_SCAN_DIR``, ``R_PROFILE``, ``R_PROFILE_USER``,
+    ``R_ENVIRON``, ``R_ENVIRON_USER``, ``R_LIBS``, ``R_LIBS_USER``, ``GTK_MODULES``,
+    ``GTK_PATH``, ``GIO_MODULE_DIR``, ``QT_PLUGIN_PATH``;
+  - but these harmless ones pass: ``NODE_ENV``, ``NODE_NO_WARNINGS``,
+    ``PYTHONUNBUFFERED``, ``PYTHONIOENCODING``, ``PYTHONUTF8``,
+    ``PYTHONDONTWRITEBYTECODE``.
+
+  A deny list cannot know every program's hooks: where that matters, set
+  ``stdio_env_allowlist``. An http or sse server runs no process, so its ``env`` is not
+  checked (it is used only if the server is later switched to stdio, which checks it).
+- None may use ``bearer_token_env`` (it would send the server's own environment, its
+  provider keys say, to any URL).
 
 In a ``PATCH``, a field sent replaces the stored one whole and ``null`` puts it back to
 its default; ``***`` (what the listing shows) keeps the stored secret, so a listed config
@@ -29,6 +59,7 @@ What does not belong here: the settings model (``mcp/settings.py``), the rows
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -37,15 +68,50 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from parley.api.errors import validation_error
 from parley.api.state import AppState
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, PermissionDenied
-from parley.mcp.settings import McpServerSettings, allowed_command, check_server_name
+from parley.mcp.settings import (
+    McpServerSettings,
+    McpSettings,
+    allowed_command,
+    check_server_name,
+)
 from parley.store.mcp_servers import McpServerStore, stored_config
 
 router = APIRouter(tags=["mcp"])
 
 MASK = "***"
 """What admins see instead of a secret; sent back in a PATCH, it keeps the stored one."""
-PROTECTED_ENV = ("PATH",)
-PROTECTED_ENV_PREFIXES = ("LD_", "DYLD_")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REFUSED_ENV = frozenset(
+    {
+        *("PATH", "PATHEXT", "SHELL", "COMSPEC", "HOME", "ENV", "BASH_ENV", "BASHOPTS"),
+        *("SHELLOPTS", "PS4", "IFS", "CDPATH", "PROMPT_COMMAND", "ZDOTDIR"),
+        *("EDITOR", "VISUAL", "PAGER", "MANPAGER", "LESSOPEN", "LESSCLOSE", "BROWSER"),
+        *("SSH_ASKPASS", "SUDO_ASKPASS"),
+        *("GCONV_PATH", "LOCPATH", "NLSPATH", "GLIBC_TUNABLES", "SSLKEYLOGFILE"),
+        *("CLASSPATH", "JAVA_HOME"),
+        *("GOFLAGS", "GOPROXY", "GOTOOLCHAIN", "GOROOT", "GOPATH", "GOENV", "GOSUMDB"),
+        *("GONOSUMDB", "GOINSECURE", "GOPRIVATE", "GONOPROXY"),
+        *("PHPRC", "PHP_INI_SCAN_DIR"),
+        *("R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER", "R_LIBS"),
+        "R_LIBS_USER",
+        *("GTK_MODULES", "GTK_PATH", "GIO_MODULE_DIR", "QT_PLUGIN_PATH"),
+    }
+)
+"""Names a stdio server added over the API may not set (without ``stdio_env_allowlist``)."""
+REFUSED_ENV_PREFIXES = (
+    *("LD_", "DYLD_", "BASH_FUNC_", "GIT_", "XDG_", "OPENSSL_"),
+    *("PYTHON", "PERL", "RUBY", "GEM_", "BUNDLE_", "LUA_"),
+    *("NODE_", "NPM_CONFIG_", "YARN_", "COREPACK_", "BUN_", "DENO_", "ELECTRON_"),
+    *("UV_", "PIP_", "PIPX_", "DOTNET_", "CORECLR_", "COMPLUS_", "CARGO_", "RUSTUP_"),
+    *("RUSTC", "DOCKER_"),
+)
+HARMLESS_ENV = frozenset(
+    {
+        *("NODE_ENV", "NODE_NO_WARNINGS", "PYTHONUNBUFFERED", "PYTHONIOENCODING"),
+        *("PYTHONUTF8", "PYTHONDONTWRITEBYTECODE"),
+    }
+)
+"""Names under a refused prefix that change no code that runs."""
 IMPORT_TRANSPORTS: dict[str, Literal["stdio", "http", "sse"]] = {
     "stdio": "stdio",
     "http": "http",
@@ -141,10 +207,12 @@ def server_json(
         "latency_ms": entry.get("latency_ms"),
         "quarantined_for_seconds": entry.get("quarantined_for_seconds"),
         "consecutive_failures": entry.get("consecutive_failures"),
+        "skipped_tools": entry.get("skipped_tools", []),
         "created_at": entry.get("created_at"),
     }
     if admin:
         view["last_error"] = entry.get("last_error")  # may name paths: admins only
+        view["refused"] = entry.get("refused")  # a stored server today's rules refuse
         view["config"] = None if settings is None else config_json(settings)
     return view
 
@@ -185,7 +253,7 @@ def _view(state: AppState, name: str, *, admin: bool) -> dict[str, Any]:
     raise _not_found(name)
 
 
-def check_admissible(settings: McpServerSettings, allowlist: list[str]) -> None:
+def check_admissible(settings: McpServerSettings, mcp: McpSettings) -> None:
     """Refuse (403) what a server added over the API may not do."""
     if settings.bearer_token_env:
         raise PermissionDenied(
@@ -195,8 +263,9 @@ def check_admissible(settings: McpServerSettings, allowlist: list[str]) -> None:
             code="mcp_server_refused",
         )
     if settings.kind != "stdio":
-        return
+        return  # no process: env is checked if the server is ever switched to stdio
     command = settings.command or ""
+    allowlist = mcp.stdio_allowlist
     if not allowed_command(command, allowlist):
         if allowlist:
             allowed = ", ".join(repr(entry) for entry in allowlist)
@@ -211,14 +280,45 @@ def check_admissible(settings: McpServerSettings, allowlist: list[str]) -> None:
                 "(or PARLEY_MCP__STDIO_ALLOWLIST)"
             )
         raise PermissionDenied(message, param="command", code="command_not_allowed")
-    for name in settings.env:
-        if name.upper() in PROTECTED_ENV or name.upper().startswith(PROTECTED_ENV_PREFIXES):
-            raise PermissionDenied(
-                f"env may not set {name!r} for a server added over the API: it would change "
-                "which program the allowlisted command runs",
-                param=f"env.{name}",
-                code="mcp_server_refused",
-            )
+    _check_env(settings.env, mcp.stdio_env_allowlist)
+
+
+def refused_env(name: str) -> bool:
+    """Whether the default rules refuse ``name`` in a stdio server's ``env`` (see above)."""
+    upper = name.upper()
+    if upper in HARMLESS_ENV:
+        return False
+    return (
+        not ENV_NAME.match(name)
+        or upper in REFUSED_ENV
+        or upper.startswith(REFUSED_ENV_PREFIXES)
+        or "OPTIONS" in upper
+        or upper.endswith("_OPTS")
+    )
+
+
+def _check_env(env: dict[str, str], allowlist: list[str] | None) -> None:
+    if allowlist is not None:
+        refused = [name for name in env if name not in allowlist]
+        if not refused:
+            return
+        allowed = ", ".join(allowlist) if allowlist else "none"
+        reason = f"they are not on mcp.stdio_env_allowlist (allowed: {allowed})"
+    else:
+        refused = [name for name in env if refused_env(name)]
+        if not refused:
+            return
+        reason = (
+            "they could make the allowlisted command run or load other code (loader, shell "
+            "and interpreter hooks); an operator can list the names allowed under "
+            "mcp.stdio_env_allowlist in the config file"
+        )
+    names = ", ".join(repr(name) for name in refused)
+    raise PermissionDenied(
+        f"env may not set {names} for a server added over the API: {reason}",
+        param=f"env.{refused[0]}" if len(refused) == 1 else "env",
+        code="mcp_server_refused",
+    )
 
 
 def _merged(current: McpServerSettings, body: ServerUpdate) -> McpServerSettings:
@@ -293,7 +393,7 @@ async def create_server(state: AdminState, body: ServerCreate) -> dict[str, Any]
     if state.mcp.configured(body.name):
         raise _in_config(body.name)
     settings = body.server_settings()
-    check_admissible(settings, state.mcp.settings.stdio_allowlist)
+    check_admissible(settings, state.mcp.settings)
     await _store(state).create(body.name, settings)
     await state.mcp.reload()
     return _view(state, body.name, admin=True)
@@ -329,7 +429,7 @@ async def import_servers(
             skipped.append({"name": name, "reason": str(exc)})
             continue
         try:
-            check_admissible(settings, state.mcp.settings.stdio_allowlist)
+            check_admissible(settings, state.mcp.settings)
             await store.create(name, settings)
             created.append(name)
         except Conflict:
@@ -375,7 +475,7 @@ async def update_server(state: AdminState, name: str, body: ServerUpdate) -> dic
             code="mcp_server_invalid",
         ) from None
     settings = _merged(current.settings, body)
-    check_admissible(settings, state.mcp.settings.stdio_allowlist)
+    check_admissible(settings, state.mcp.settings)
     try:
         await store.update(name, settings)
     except LookupError:
@@ -411,7 +511,10 @@ async def list_server_tools(request: Request, name: str) -> dict[str, Any]:
         config = state.mcp.manager.config(name)
         if config is not None and not config.enabled:
             raise Conflict(problem, param="name", code="mcp_server_disabled")
-        if not caller.admin:  # like last_error, the problem may name paths or hold stderr
+        if caller.admin:  # the whole error, which may name paths or hold stderr
+            entry = next((e for e in state.mcp.describe() if e["name"] == name), {})
+            problem = entry.get("last_error") or problem
+        else:
             problem = (
                 f"MCP server {name!r} could not list its tools; an admin can see why in "
                 f"GET /v1/mcp/servers/{name}"

@@ -21,6 +21,7 @@ from parley.api.errors import validation_error
 from parley.api.state import AppState
 from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest
+from parley.mcp.service import is_mcp_tool
 from parley.messages import Message, text_message
 
 router = APIRouter(tags=["tasks"])
@@ -32,7 +33,14 @@ class TaskRequest(BaseModel):
     task: str = Field(min_length=1, description="What the agent should do.")
     model: str | None = None
     tools: list[str] | None = Field(
-        default=None, description="Server tools to use; default: the configured defaults."
+        default=None,
+        description="Server tools to use, MCP tools (mcp__{server}__{tool}, mcp__{server}__*) "
+        "included; default: the configured defaults.",
+    )
+    use_mcp: StrictBool = Field(
+        default=False,
+        description="Also every enabled MCP server's tools (a task gets only "
+        "the tools it names unless this is set).",
     )
     system: str | None = Field(default=None, description="Instructions placed before the task.")
     max_tokens: int | None = Field(default=None, ge=1, description="Per model call.")
@@ -62,7 +70,7 @@ async def run_task(request: Request) -> Response:
     if len(body.task) > state.settings.chat.max_message_chars:
         raise InvalidRequest("the task is too long", param="task", code="message_too_long")
     for index, name in enumerate(body.tools or ()):
-        if name not in state.tools:
+        if name not in state.tools and not is_mcp_tool(name):  # MCP: checked by the service
             raise InvalidRequest(
                 f"unknown server tool {name!r}", param=f"tools.{index}", code="unknown_tool"
             )
@@ -76,6 +84,7 @@ async def run_task(request: Request) -> Response:
         model=body.model,
         messages=messages,
         server_tools=tuple(body.tools or ()),
+        use_mcp=body.use_mcp,
         max_tokens=body.max_tokens,
         stream=body.stream,
     )

@@ -46,7 +46,7 @@ from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import TurnInfo
-from parley.mcp.service import McpChoice, McpService, is_mcp_tool
+from parley.mcp.service import McpChoice, McpService, UnavailableTool, is_mcp_tool
 from parley.messages import (
     FilePart,
     ImagePart,
@@ -63,7 +63,7 @@ from parley.store.assistants import AssistantStore
 from parley.store.citations import CitationStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
-from parley.tools.protocol import Reach
+from parley.tools.protocol import Reach, Tool
 from parley.tools.registry import ToolRegistry, offer_order
 from parley.transforms.images import ImageSaver
 from parley.transforms.output import rewrite_parts
@@ -223,6 +223,7 @@ class ConversationService:
         if named:
             if self._mcp is None:
                 raise InvalidRequest(f"unknown server tool {named[0]!r}", param="tools")
+            await self._mcp.refresh()  # a server added on another instance counts
             self._mcp.check(named)
         if turn.approvals:
             return assistant
@@ -530,18 +531,21 @@ class ConversationService:
         if use is None:  # Chatchat's route uses MCP only when asked, as Chatchat does
             use = self._mcp.settings.use_by_default and turn.source != "chatchat"
         own = assistant.tools if assistant is not None else ()
-        named = (*turn.server_tools, *own, *self._settings.tools.default_tools, *resumed)
+        named = (*turn.server_tools, *own, *self._settings.tools.default_tools)
         choice = McpChoice(
             every_server=use,
             servers=assistant.mcp_servers if assistant is not None else (),
             tools=tuple(dict.fromkeys(n for n in named if is_mcp_tool(n))),
+            resumed=resumed,
         )
         if not choice:
             return None, server_tools
         chosen = await self._mcp.tools_for(choice)
         notes.extend(chosen.notes)
         client = {spec.name for spec in turn.tools}  # a client's tool of the same name wins
-        tools = [tool for tool in chosen.tools if tool.spec.name not in client]
+        tools: list[Tool] = [tool for tool in chosen.tools if tool.spec.name not in client]
+        # an approved call whose server is down gets the reason, not "unknown tool"
+        tools += [UnavailableTool(name, reason) for name, reason in chosen.missing.items()]
         if not tools:
             return None, server_tools
         names = (*server_tools, *(tool.spec.name for tool in tools))

@@ -29,32 +29,36 @@ Every failure is an ``McpClientError`` with the server's name and what happened,
 one connect timeout plus the request's own (a reconnect and second try included).
 
 What does not belong here: the SDK transports and what they witness (``transports.py``),
-converting results for the model and the ``Tool`` wrapper (``tools.py``), the set of
-configured servers, admin rules and quarantine (``manager.py`` and above).
+checking the tools a server lists (``listing.py``; ``ToolInfo`` and ``SkippedTool`` are
+re-exported here), converting results for the model and the ``Tool`` wrapper
+(``tools.py``), the set of configured servers, admin rules and quarantine (``manager.py``
+and above).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, TextIO, TypeAlias, TypeVar
+from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from mcp import ClientSession
+from parley.mcp.listing import SkippedTool as SkippedTool
+from parley.mcp.listing import ToolInfo as ToolInfo
+from parley.mcp.listing import vet
 from parley.mcp.transports import (
     CURRENT_ATTEMPT,
     Attempt,
+    StderrTail,
     WatchedReadStream,
     describe,
     open_transport,
-    stderr_tail,
 )
 
 T = TypeVar("T")
@@ -78,10 +82,10 @@ class ServerConfig:
     transport: Literal["stdio", "http", "sse"] = "stdio"
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # values may be secrets
     cwd: str | None = None
     url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     bearer_token: str | None = field(default=None, repr=False)
     timeout_seconds: float = 30.0
     enabled: bool = True
@@ -111,22 +115,14 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolInfo:
-    """A tool as the server lists it."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    title: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Health:
     connected: bool
     last_error: str | None
     tool_count: int
     latency_ms: float | None
     """Wall time of the last completed call."""
+    skipped: tuple[SkippedTool, ...] = ()
+    """Tools the last listing left out (their schema unusable), with the reasons."""
 
 
 class McpClientError(Exception):
@@ -207,6 +203,7 @@ class McpConnection:
         self._retiring: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._tools: list[ToolInfo] | None = None
+        self._skipped: tuple[SkippedTool, ...] = ()
         self._last_error: str | None = None
         self._latency_ms: float | None = None
         self._closed = False
@@ -217,7 +214,8 @@ class McpConnection:
     # -- public ---------------------------------------------------------------------------
 
     async def list_tools(self) -> list[ToolInfo]:
-        """The server's tools, cached until the server sends ``tools/list_changed``."""
+        """The server's tools, cached until the server sends ``tools/list_changed``; those
+        whose schema a model could not use are left out (``health().skipped``)."""
         if self._tools is not None:
             return list(self._tools)
         tools = await self._with_retry(self._fetch_tools, self.config.timeout_seconds, "tools/list")
@@ -252,7 +250,21 @@ class McpConnection:
             last_error=self._last_error,
             tool_count=len(self._tools or ()),
             latency_ms=self._latency_ms,
+            skipped=self._skipped,
         )
+
+    def reconfigure(self, config: ServerConfig) -> None:
+        """Use ``config`` from now on: the session is closed in the background and the
+        next request connects afresh (tools listed again). Tools already handed out keep
+        working through this same object."""
+        self.config = config
+        self._tools = None
+        self._skipped = ()
+        self._connect_failures = 0
+        self._retry_at = 0.0
+        live, self._live = self._live, None
+        if live is not None:
+            self._retire(live)
 
     async def close(self) -> None:
         """Close the session and stop a stdio process (killed if it does not exit)."""
@@ -281,21 +293,18 @@ class McpConnection:
 
     async def _fetch_tools(self, session: ClientSession) -> list[ToolInfo]:
         tools: list[ToolInfo] = []
+        skipped: list[SkippedTool] = []
         cursor: str | None = None
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
-            tools.extend(
-                ToolInfo(
-                    name=tool.name,
-                    description=tool.description or tool.title or tool.name,
-                    input_schema=dict(tool.input_schema),
-                    title=tool.title,
-                )
-                for tool in page.tools
-            )
+            # checking schemas takes milliseconds each: not on the event loop
+            kept, left_out = await asyncio.to_thread(vet, self.config.name, page.tools)
+            tools.extend(kept)
+            skipped.extend(left_out)
             cursor = page.next_cursor
             if not cursor:
+                self._skipped = tuple(skipped)
                 return tools
 
     async def _with_retry(
@@ -435,11 +444,11 @@ class McpConnection:
 
     async def _run(self, live: _Live) -> None:
         """The runner task: enters the transport and session, keeps them, exits them here."""
-        errlog: TextIO | None = None
-        if self.config.transport == "stdio":
-            errlog = tempfile.TemporaryFile(mode="w+t")  # noqa: SIM115 - closed below
+        errlog: StderrTail | None = None
         try:
             async with AsyncExitStack() as stack:
+                if self.config.transport == "stdio":
+                    errlog = StderrTail()  # an OSError (no pipe) fails the connect
                 read, write = await stack.enter_async_context(
                     open_transport(self.config, errlog, lambda why: self._drop(live, why))
                 )
@@ -471,7 +480,7 @@ class McpConnection:
                 await self._keep_alive(live, session)
         except Exception as exc:
             if not live.ready.done():
-                live.stderr_tail = stderr_tail(errlog) if errlog is not None else ""
+                live.stderr_tail = errlog.text() if errlog is not None else ""
                 live.ready.set_exception(exc)
             else:
                 live.failure = None if _closed(exc) else describe(exc)
@@ -484,7 +493,7 @@ class McpConnection:
             live.break_("the connection closed")
             live.session = None
             if errlog is not None:
-                live.stderr_tail = stderr_tail(errlog)
+                live.stderr_tail = errlog.text()
                 errlog.close()
 
     async def _keep_alive(self, live: _Live, session: ClientSession) -> None:

@@ -10,7 +10,8 @@ Then one more attempt is made; each further quarantine in a row doubles the peri
 ten minutes, and a success ends the streak.
 
 The set can change while it runs (``configure``: servers added over the admin API): a
-server whose configuration changed is closed and started afresh on next use. A request
+server whose configuration changed reconnects with it on next use (the tools a running
+turn holds follow), and a removed one is closed. A request
 that cannot wait for a slow server (``listing(wait=...)``) goes on without its tools,
 while the listing carries on in the background for the requests after it.
 
@@ -87,6 +88,9 @@ class _Server:
         """How many outcomes were recorded (to tell whether an attempt recorded its own)."""
         self.listing: asyncio.Task[list[McpTool]] | None = None
         """The listing under way (requests share it; none when idle)."""
+        self.listing_started = 0.0
+        """When it began (``time.monotonic``): a request waits until ``wait`` after that,
+        so a stuck listing delays the requests that arrive while it lasts once, not each."""
 
     @property
     def label(self) -> str:
@@ -133,6 +137,8 @@ class _Server:
     def failed(self, error: str) -> None:
         self.outcomes += 1
         self.last_error = error
+        if self.quarantined():
+            return  # a call that was already under way: one quarantine, not one per call
         self.failures += 1
         if self.failures < self.policy.failures_to_quarantine:
             return
@@ -176,6 +182,11 @@ class _ManagedConnection(McpConnection):
             raise
         self._server.succeeded(_ms_since(started))
         return result
+
+    def adopt(self, server: _Server) -> None:
+        """Report to ``server`` from now on and use its (changed) configuration."""
+        self._server = server
+        self.reconfigure(server.config)
 
     def _record_error(self, exc: McpClientError) -> None:
         task = asyncio.current_task()
@@ -225,8 +236,7 @@ class McpManager:
         for name, config in wanted.items():
             server = self._servers.pop(name, None)
             if server is not None and server.config != config:
-                self._retire(server)
-                server = None
+                server = self._renew(server, config)
             servers[name] = server or _Server(config, self._policy)
         for server in self._servers.values():
             self._retire(server)
@@ -274,22 +284,43 @@ class McpManager:
             else:
                 chosen.append(server)
         tasks = {server.config.name: self._listing_task(server) for server in chosen}
-        if tasks:
-            await asyncio.wait(set(tasks.values()), timeout=wait)
+        if wait is None:
+            pending = [task for task in tasks.values() if not task.done()]
+            if pending:
+                await asyncio.wait(pending)
+        else:
+            # each listing is waited for until ``wait`` after it began: one that earlier
+            # requests already waited for is not waited for again
+            now = time.monotonic()
+            deadlines = {
+                tasks[server.config.name]: server.listing_started + wait
+                for server in chosen
+                if not tasks[server.config.name].done()
+            }
+            fresh = {task: end for task, end in deadlines.items() if end > now}
+            if fresh:
+                await asyncio.wait(fresh, timeout=max(fresh.values()) - now)
         tools: list[McpTool] = []
         for server in chosen:
-            task = tasks[server.config.name]
+            name = server.config.name
+            task = tasks[name]
             if not task.done():
-                problems[server.config.name] = (
-                    f"{server.label} is still connecting (waited {wait:g} s); its tools "
-                    "will be offered once it answers"
+                problems[name] = (
+                    f"{server.label} is still connecting; its tools will be offered once it answers"
                 )
-                continue
-            found = task.result()
-            if found:
+            elif task.cancelled() or task.exception() is not None:
+                problems[name] = f"{server.label} was reconfigured while its tools were listed"
+            elif found := task.result():
                 tools.extend(found)
+                connection = server.connection
+                left_out = connection.health().skipped if connection is not None else ()
+                if left_out:
+                    problems[name] = (
+                        f"{server.label}: {len(left_out)} tool(s) with a schema a model cannot "
+                        f"use ({', '.join(t.name for t in left_out[:5])})"
+                    )
             elif server.last_error is not None:
-                problems[server.config.name] = server.last_error
+                problems[name] = f"{server.label} is unavailable ({_kind(server.last_error)})"
         return Listing(tools, problems)
 
     async def call(
@@ -306,11 +337,13 @@ class McpManager:
         """One entry per configured server, in configuration order.
 
         ``quarantined_for_seconds`` is how long the quarantine has left (None: none);
-        ``latency_ms`` is that of the last successful call or listing.
+        ``latency_ms`` is that of the last successful call or listing;
+        ``skipped_tools`` are the tools its last listing left out (unusable schemas).
         """
         report: list[dict[str, Any]] = []
         for server in self._servers.values():
             connection = server.connection
+            skipped = connection.health().skipped if connection is not None else ()
             report.append(
                 {
                     "name": server.config.name,
@@ -322,6 +355,7 @@ class McpManager:
                     "last_error": server.last_error,
                     "tool_count": server.tool_count,
                     "latency_ms": server.latency_ms,
+                    "skipped_tools": [{"name": t.name, "reason": t.reason} for t in skipped],
                 }
             )
         return report
@@ -362,6 +396,7 @@ class McpManager:
         if task is None or task.done():
             task = asyncio.create_task(self._list(server), name=f"mcp-tools:{server.config.name}")
             server.listing = task
+            server.listing_started = time.monotonic()
             self._keep(task)
         return task
 
@@ -387,6 +422,18 @@ class McpManager:
             return []  # recorded by the connection
         return [McpTool(connection, info, self._max_chars) for info in infos]
 
+    def _renew(self, server: _Server, config: ServerConfig) -> _Server:
+        """A changed server: a fresh record, and its connection (the same object, which
+        tools of a running turn hold) reconnects with the new settings on next use."""
+        fresh = _Server(config, self._policy)
+        if server.listing is not None:
+            server.listing.cancel()
+        connection = server.connection
+        if connection is not None:
+            connection.adopt(fresh)
+            fresh.connection = connection
+        return fresh
+
     def _retire(self, server: _Server) -> None:
         """Stop using ``server``: its listing is cancelled and its connection closed in
         the background (``close`` waits for both)."""
@@ -406,11 +453,24 @@ class McpManager:
         task.add_done_callback(_forget(self._background))
 
 
+def _kind(error: str) -> str:
+    """What kind of failure ``error`` is, in words that hold no paths, output or
+    addresses: users read it in notes; admins see ``last_error`` whole."""
+    lowered = error.lower()
+    if "did not answer within" in lowered or "did not list its tools within" in lowered:
+        return "it did not answer in time"
+    if "could not connect" in lowered or "backing off" in lowered or "retry" in lowered:
+        return "it could not be reached or started"
+    if "closed" in lowered or "exited" in lowered or "lost" in lowered:
+        return "its connection was lost"
+    return "it answered with an error"
+
+
 def _quarantine_text(server: _Server) -> str:
     left = server.quarantine_left() or 0
     return (
         f"{server.label} is quarantined for another {left:.0f} s after "
-        f"{server.failures} failures in a row; last error: {server.last_error}"
+        f"{server.failures} failures in a row ({_kind(server.last_error or '')})"
     )
 
 

@@ -20,16 +20,19 @@ tools in front of the model (``conversations/service.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from parley.errors import InvalidRequest
-from parley.mcp.manager import McpManager
+from parley.errors import InvalidRequest, ParleyError
+from parley.mcp.manager import Listing, McpManager
 from parley.mcp.settings import McpServerSettings, McpSettings, StoredServer
 from parley.mcp.tools import McpTool
+from parley.messages import ToolSpec
+from parley.tools.protocol import ToolContext, ToolOutput
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +71,17 @@ class McpChoice:
     """Servers chosen by name (an assistant's ``mcp_servers``), all their tools."""
     tools: tuple[str, ...] = ()
     """Tool names from ``tools`` (``mcp__{server}__{tool}`` or ``mcp__{server}__*``)."""
+    resumed: tuple[str, ...] = ()
+    """Tools of approved calls a paused reply runs now: their servers are waited for as
+    long as they take (their own ``timeout``), not ``list_wait_seconds``."""
 
     def __bool__(self) -> bool:
-        return self.every_server or bool(self.servers) or bool(self.tools)
+        return self.every_server or bool(self.servers) or bool(self.tools) or bool(self.resumed)
 
     def named_servers(self) -> list[str]:
-        """The servers named by ``servers`` and ``tools``, each once."""
-        from_tools = [parts[0] for name in self.tools if (parts := split_tool_name(name))]
+        """The servers named by ``servers``, ``tools`` and ``resumed``, each once."""
+        named = (*self.tools, *self.resumed)
+        from_tools = [parts[0] for name in named if (parts := split_tool_name(name))]
         return list(dict.fromkeys((*self.servers, *from_tools)))
 
 
@@ -83,6 +90,9 @@ class ChosenTools:
     tools: list[McpTool]
     notes: list[str]
     """Why a chosen server or tool is missing from this reply, one sentence each."""
+    missing: dict[str, str] = field(default_factory=dict)
+    """Resumed tools that are not available -> why (their approved calls get that as
+    their error result)."""
 
 
 class McpService:
@@ -91,14 +101,21 @@ class McpService:
         settings: McpSettings,
         rows: ServerRows | None = None,
         *,
+        admit: Callable[[McpServerSettings], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``admit`` raises ``ParleyError`` for a stored server the current rules refuse
+        (``api/mcp.py``'s allowlists, which may have been tightened since it was added):
+        such a server stays listed, disabled, with the reason as ``refused``."""
         self.settings = settings
         self._rows = rows
+        self._admit = admit
+        self._refused: dict[str, str] = {}
         self._clock = clock
         self._stored: dict[str, StoredServer] = {}
         self._loaded_at: float | None = None
         self._lock = asyncio.Lock()
+        self._refresher: asyncio.Task[None] | None = None
         self.manager = McpManager(
             failures_to_quarantine=settings.failures_to_quarantine,
             quarantine_seconds=settings.quarantine_seconds,
@@ -108,11 +125,28 @@ class McpService:
 
     # -- the set of servers ---------------------------------------------------------------
 
-    async def reload(self) -> None:
-        """Read the stored servers now (after a change over the API)."""
+    async def start(self) -> None:
+        """Read the stored servers, then re-read them every ``refresh_seconds`` in the
+        background (a server deleted on another instance stops here too)."""
+        await self.reload()
+        if self._rows is not None and self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_forever(), name="mcp-refresh")
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.refresh_seconds)
+            await self.refresh()
+
+    async def reload(self, *, older_than: float | None = None) -> None:
+        """Read the stored servers now (after a change over the API); with
+        ``older_than``, only if the last read is older than that many seconds."""
         if self._rows is None:
             return
         async with self._lock:
+            loaded = self._loaded_at
+            fresh = loaded is not None and self._clock() - loaded < (older_than or 0)
+            if older_than is not None and fresh:
+                return  # another request read them while this one waited
             rows = await self._rows.list()
             self._stored = {row.name: row for row in rows}
             self._loaded_at = self._clock()
@@ -127,18 +161,25 @@ class McpService:
         if loaded is not None and self._clock() - loaded < self.settings.refresh_seconds:
             return
         try:
-            await self.reload()
+            await self.reload(older_than=self.settings.refresh_seconds)
         except Exception:
             log.exception("could not read the MCP servers added over the API")
             self._loaded_at = self._clock()  # not again at once
 
     def _apply(self) -> None:
         configs = [server.config(name) for name, server in self.settings.servers.items()]
-        configs += [
-            row.settings.config(name)
-            for name, row in self._stored.items()
-            if name not in self.settings.servers
-        ]
+        self._refused = {}
+        for name, row in self._stored.items():
+            if name in self.settings.servers:
+                continue
+            server = row.settings
+            if self._admit is not None:
+                try:
+                    self._admit(server)
+                except ParleyError as exc:
+                    self._refused[name] = exc.message
+                    server = server.model_copy(update={"enabled": False})
+            configs.append(server.config(name))
         self.manager.configure(configs)
 
     def configured(self, name: str) -> bool:
@@ -160,6 +201,7 @@ class McpService:
             entry["created_at"] = (
                 stored.created_at if stored and not self.configured(name) else None
             )
+            entry["refused"] = self._refused.get(name)
             described.append(entry)
         return described
 
@@ -200,16 +242,30 @@ class McpService:
             if (config := self.manager.config(name)) is not None and config.enabled
         ]
         servers = list(dict.fromkeys((*everything, *named))) if choice.every_server else named
-        listing = await self.manager.listing(servers, wait=self.settings.list_wait_seconds)
+        if not servers:
+            return ChosenTools([], [])  # the common case with no MCP servers at all
+        patient = {parts[0] for name in choice.resumed if (parts := split_tool_name(name))}
+        slow, quick = await asyncio.gather(
+            self.manager.listing([name for name in servers if name in patient]),
+            self.manager.listing(
+                [name for name in servers if name not in patient],
+                wait=self.settings.list_wait_seconds,
+            ),
+        )
+        listing = Listing(slow.tools + quick.tools, {**slow.problems, **quick.problems})
         whole = set(choice.servers) | {
             server
             for name in choice.tools
             if (parts := split_tool_name(name)) and (server := parts[0]) and parts[1] == EVERY_TOOL
         }
-        exact = {name for name in choice.tools if not name.endswith("__" + EVERY_TOOL)}
+        exact = {
+            name
+            for name in (*choice.tools, *choice.resumed)
+            if not name.endswith("__" + EVERY_TOOL)
+        }
         chosen: list[McpTool] = []
         seen: set[str] = set()
-        notes = [f"MCP tools left out: {_brief(problem)}" for problem in listing.problems.values()]
+        notes = [f"MCP tools left out: {problem}" for problem in listing.problems.values()]
         for tool in listing.tools:
             name = tool.spec.name
             server = tool.connection.config.name
@@ -220,20 +276,45 @@ class McpService:
                 continue
             seen.add(name)
             chosen.append(tool)
+        missing: dict[str, str] = {}
         for name in sorted(exact - seen):
             parts = split_tool_name(name)
-            if parts is not None and parts[0] not in listing.problems:
-                notes.append(f"MCP tools left out: server {parts[0]!r} has no tool {name!r}")
-        return ChosenTools(chosen, notes)
+            if parts is None:
+                continue
+            problem = listing.problems.get(parts[0])
+            if problem is None:
+                problem = f"server {parts[0]!r} has no tool {name!r}"
+                notes.append(f"MCP tools left out: {problem}")
+            if name in choice.resumed:
+                missing[name] = problem
+        return ChosenTools(chosen, notes, missing)
 
     def health(self) -> list[dict[str, Any]]:
         return self.manager.health()
 
     async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
         await self.manager.close()
 
 
-def _brief(problem: str) -> str:
-    """A problem as users see it: without the server's stderr (admins see it whole in
-    ``GET /v1/mcp/servers``)."""
-    return problem.split("; stderr:", 1)[0]
+@dataclass(frozen=True, slots=True)
+class UnavailableTool:
+    """Stands in for an MCP tool whose server is not available when an approved call of a
+    paused reply runs: the call gets the reason as its error result (not "unknown tool")."""
+
+    name: str
+    reason: str
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, "Unavailable now.", {"type": "object", "properties": {}})
+
+    @property
+    def pinned(self) -> bool:
+        return False
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        return ToolOutput(f"Not run: {self.reason}", is_error=True)

@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 if TYPE_CHECKING:  # the SDK is imported only when a server is used
     from parley.mcp.client import ServerConfig
 
-SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
-"""Letters, digits, ``-`` and single ``_``, at most 32: a server's name is the middle of
-``mcp__{server}__{tool}``, so it may not hold ``__``."""
+SERVER_NAME = re.compile(r"^(?!.*__)(?!.*_$)[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+"""Letters, digits, ``-`` and single ``_``, at most 32, not ending in ``_``: a server's name
+is the middle of ``mcp__{server}__{tool}``, so it may not hold ``__`` or end in ``_``."""
 
 
 class _Section(BaseModel):
@@ -42,8 +42,8 @@ class McpServerSettings(_Section):
     args: list[str] = Field(default_factory=list, max_length=200)
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="The stdio process's environment beside PATH, HOME and LANG (Parley's "
-        "own variables are never passed on).",
+        description="The stdio process's environment beside PATH, HOME, LANG, LOGNAME, SHELL, "
+        "TERM and USER (Parley's own variables are never passed on).",
     )
     cwd: str | None = Field(default=None, max_length=1000)
     url: str | None = Field(default=None, max_length=2000)
@@ -129,6 +129,11 @@ class McpSettings(_Section):
         default_factory=list,
         description="Commands a stdio server added over the admin API may run (a bare "
         "name or a full path); servers in this file are not limited.",
+    )
+    stdio_env_allowlist: list[str] | None = Field(
+        default=None,
+        description="The env names a stdio server added over the admin API may set; None: "
+        "any but the loader and interpreter hooks (PATH, LD_*, NODE_OPTIONS, ...).",
     )
     list_wait_seconds: float = Field(
         default=5.0,

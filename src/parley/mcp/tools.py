@@ -7,8 +7,8 @@ server's description and input schema, and runs it through the server's
 SDK's ``CallToolResult``: text joined, structured content as JSON, images and audio as a
 short placeholder, embedded resources' text, all capped in size.
 
-What does not belong here: the connection itself (``client.py``), which servers a request
-may use (above).
+What does not belong here: the connection itself (``client.py``), which tools of a
+listing are fit to offer (``listing.py``), which servers a request may use (above).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 
 import mcp_types as types
 
-from parley.mcp.client import McpClientError, McpConnection, ToolInfo
+from parley.mcp.client import McpClientError, McpConnection
+from parley.mcp.listing import ToolInfo
 from parley.messages import ToolSpec
 from parley.tools.protocol import ToolContext, ToolOutput
 

@@ -12,12 +12,16 @@ also marks the caller's ``Attempt`` as ``unseen``, which is what makes a retry s
 attempt is found through a context variable that the SDK carries from the caller to the
 task that sends the POST (it does so for tracing).
 
+A stdio server's stderr goes to a pipe that ``StderrTail`` reads for the process's life,
+keeping only the last ``STDERR_KEEP_BYTES``: errors quote its tail.
+
 What does not belong here: sessions, retries, backoff and pings (``client.py``), turning
 results into tool output (``tools.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -40,12 +44,22 @@ Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessa
 OnBroken = Callable[[str], None]
 
 INHERITED_ENV = ("PATH", "HOME", "LANG")
+"""Passed on from Parley's environment, beside the SDK's own defaults (``HOME``,
+``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``): none of these carry secrets."""
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
 """The largest streamable HTTP event (one result) accepted. The SSE transport keeps the
 SDK's own limit of 1 MiB, which it does not let a caller change."""
 SSE_READ_SECONDS = 300.0
 """How long an HTTP response stream may stay silent before it counts as broken."""
 STDERR_TAIL = 400
+"""The characters of a stdio server's stderr shown in an error."""
+STDERR_KEEP_BYTES = 16 * 1024
+"""The bytes of a stdio server's stderr kept (the latest): it is read from a pipe for the
+process's life, so a chatty server costs no disk and no more memory than this."""
+_READ_BYTES = 64 * 1024
+_DRAIN_READS = 32
+"""Reads for what waits in the pipe when the tail is asked for (a pipe holds 64 KiB to
+1 MiB; a server still writing is not waited for)."""
 
 
 @dataclass(slots=True)
@@ -61,7 +75,8 @@ CURRENT_ATTEMPT: ContextVar[Attempt | None] = ContextVar("parley_mcp_attempt", d
 
 
 def stdio_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment a stdio server gets: PATH, HOME, LANG and its own ``env``.
+    """The environment a stdio server gets: PATH, HOME, LANG and its own ``env`` (to which
+    the SDK adds its defaults, not overriding these).
 
     Parley's own secrets (API keys in the environment) never reach the process.
     """
@@ -71,7 +86,7 @@ def stdio_environment(extra: Mapping[str, str]) -> dict[str, str]:
 
 
 def open_transport(
-    config: ServerConfig, errlog: TextIO | None, on_broken: OnBroken
+    config: ServerConfig, errlog: StderrTail | None, on_broken: OnBroken
 ) -> contextlib.AbstractAsyncContextManager[Streams]:
     """The SDK transport for ``config``; ``errlog`` receives a stdio server's stderr."""
     match config.transport:
@@ -100,11 +115,15 @@ def open_transport(
 
 
 @contextlib.asynccontextmanager
-async def _stdio(params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Streams]:
+async def _stdio(params: StdioServerParameters, errlog: StderrTail) -> AsyncIterator[Streams]:
     # stdio_client merges our env over the SDK's defaults (HOME, LOGNAME, PATH, SHELL,
     # TERM, USER): none of those carry secrets.
-    async with stdio_client(params, errlog=errlog) as streams:
-        yield streams
+    try:
+        async with stdio_client(params, errlog=errlog.writer) as streams:
+            errlog.spawned()  # the child holds the pipe's write end now: ours can go
+            yield streams
+    finally:
+        errlog.spawned()
 
 
 @contextlib.asynccontextmanager
@@ -249,14 +268,68 @@ class WatchedReadStream:
         return None
 
 
-def stderr_tail(errlog: TextIO) -> str:
-    """The last ``STDERR_TAIL`` characters a stdio server wrote to stderr."""
-    try:
-        errlog.flush()
-        errlog.seek(0)
-        return errlog.read()[-STDERR_TAIL:].strip()
-    except (OSError, ValueError):
-        return ""
+class StderrTail:
+    """A stdio server's stderr: a pipe, read on the event loop for the process's life,
+    of which the last ``limit`` bytes are kept. (A file would grow for as long as the
+    server runs; the child writes to it directly, so it could not be capped.)
+
+    Make it in the event loop's thread; hand ``writer`` to the process, call ``spawned``
+    once the process has it, and ``close`` when done."""
+
+    def __init__(self, limit: int = STDERR_KEEP_BYTES) -> None:
+        self.limit = limit
+        self.received = 0
+        """Bytes read in all."""
+        self._kept = bytearray()
+        self._loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()  # neither is inherited but as the child's stderr
+        self._fd: int | None = read_fd
+        try:
+            os.set_blocking(read_fd, False)
+            self._loop.add_reader(read_fd, self._read)
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
+        self.writer: TextIO = os.fdopen(write_fd, "w")
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def spawned(self) -> None:
+        """Close Parley's copy of the write end, so the pipe ends when the process does."""
+        self.writer.close()
+
+    def text(self, chars: int = STDERR_TAIL) -> str:
+        """The last ``chars`` characters written, once what waits in the pipe is read."""
+        self._read(reads=_DRAIN_READS)
+        return self._kept.decode(errors="replace")[-chars:].strip()
+
+    def close(self) -> None:
+        self.writer.close()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self._loop.remove_reader(fd)
+            os.close(fd)
+
+    def _read(self, reads: int = 1) -> None:
+        """Up to ``reads`` reads (one per wake-up: a flood cannot hold the loop)."""
+        for _ in range(reads):
+            if self._fd is None:
+                return
+            try:
+                chunk = os.read(self._fd, _READ_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:  # every writer has closed it
+                self._loop.remove_reader(self._fd)
+                return
+            self.received += len(chunk)
+            self._kept += chunk
+            if len(self._kept) > self.limit:
+                del self._kept[: len(self._kept) - self.limit]
 
 
 def describe(exc: BaseException) -> str:

@@ -9,7 +9,8 @@ config file. Whoever can read the database can read them; the API never shows th
 
 A row that no longer validates (edited by hand, or written by a newer Parley) is left
 out of ``list`` with a warning, so that one bad row does not take every server down; it
-can still be replaced or deleted by name.
+can still be replaced or deleted by name. The warning names the fields and what is wrong
+with them, never their values (which may be secrets).
 
 Rules kept here: names are unique (a clash raises ``errors.Conflict``, code
 ``mcp_server_exists``) and well formed (``mcp.settings.check_server_name``); a missing
@@ -57,7 +58,9 @@ class McpServerStore:
                 try:
                     servers.append(_server(row._mapping))
                 except ValidationError as exc:
-                    log.warning("MCP server %r in the database is left out: %s", row.name, exc)
+                    log.warning(
+                        "MCP server %r in the database is left out: %s", row.name, _problems(exc)
+                    )
             return servers
 
         return await self._db.read(query)
@@ -122,6 +125,14 @@ class McpServerStore:
                 raise LookupError(name)
 
         await self._db.write(transaction)
+
+
+def _problems(exc: ValidationError) -> str:
+    """What is wrong with a row, by field, without the values (they may be secrets)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'config'}: {error['msg']}"
+        for error in exc.errors(include_input=False, include_url=False, include_context=False)
+    )
 
 
 def _server(row: Any) -> StoredServer:
