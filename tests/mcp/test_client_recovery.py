@@ -345,9 +345,10 @@ sys.exit(3)
 """
 
 
-def temporary_file_sizes() -> list[int]:
-    """The sizes of the temporary files this process has open (deleted ones included)."""
-    sizes = []
+def temporary_file_sizes() -> dict[int, int]:
+    """Inode -> size of the temporary files this process has open (deleted ones
+    included)."""
+    sizes: dict[int, int] = {}
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
@@ -357,7 +358,7 @@ def temporary_file_sizes() -> list[int]:
         if stat.S_ISREG(info.st_mode) and (
             target.startswith(tempfile.gettempdir()) or "(deleted)" in target
         ):
-            sizes.append(info.st_size)
+            sizes[info.st_ino] = info.st_size
     return sizes
 
 
@@ -367,11 +368,13 @@ async def test_a_flood_on_stderr_is_kept_to_a_bounded_tail() -> None:
     ends with what it wrote last, and neither disk nor memory held the flood."""
     largest = 0
     done = asyncio.Event()
+    before = set(temporary_file_sizes())  # other tests' files, open in this process
 
     async def watch() -> None:
         nonlocal largest
         while not done.is_set():
-            largest = max([largest, *temporary_file_sizes()])
+            sizes = temporary_file_sizes()
+            largest = max([largest, *(size for ino, size in sizes.items() if ino not in before)])
             await asyncio.sleep(0.005)
 
     watcher = asyncio.create_task(watch())
