@@ -253,11 +253,8 @@ class McpService:
             ),
         )
         listing = Listing(slow.tools + quick.tools, {**slow.problems, **quick.problems})
-        whole = set(choice.servers) | {
-            server
-            for name in choice.tools
-            if (parts := split_tool_name(name)) and (server := parts[0]) and parts[1] == EVERY_TOOL
-        }
+        globs = [split_tool_name(name) for name in choice.tools]
+        whole = set(choice.servers) | {g[0] for g in globs if g is not None and g[1] == EVERY_TOOL}
         exact = {
             name
             for name in (*choice.tools, *choice.resumed)
