@@ -225,12 +225,17 @@ async def test_stdio_server_exiting_while_idle_reconnects() -> None:
 
 
 async def test_stdio_server_dying_at_startup_is_an_error_output() -> None:
-    script = "import os, sys\nsys.stdin.readline()\nos._exit(3)\n"
+    script = (
+        "import os, sys\nsys.stderr.write('secret at /opt/private/conf\\n')\n"
+        "sys.stderr.flush()\nsys.stdin.readline()\nos._exit(3)\n"
+    )
     async with McpConnection(stdio_config(args=("-c", script), timeout_seconds=2)) as conn:
         tool = McpTool(conn, servers_info("echo"))
         out = await tool.run({"text": "x"}, None)  # type: ignore[arg-type]
         assert out.is_error
         assert "MCP server 'echo'" in out.content
+        assert "/opt/private" not in out.content  # the model and the user never see stderr
+        assert "/opt/private/conf" in str(conn.health().last_error)  # admins do
 
 
 def servers_info(name: str) -> object:

@@ -183,7 +183,7 @@ class _Live:
         text = self.failure or self.reason or "the connection closed"
         if self.stream_errors:
             text += f"; the server wrote invalid messages ({self.stream_errors[0]})"
-        if self.stderr_tail:
+        if self.stderr_tail:  # last: tools.py cuts it from what the model sees
             text += f"; stderr: {self.stderr_tail}"
         return text
 

@@ -27,6 +27,8 @@ from parley.messages import ToolSpec
 from parley.tools.protocol import ToolContext, ToolOutput
 
 DEFAULT_MAX_CHARS = 100_000
+STDERR_MARK = "; stderr: "
+"""Where a connection error's stderr tail begins (``client.py`` appends it last)."""
 _NAME_LIMIT = 64
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -130,7 +132,9 @@ class McpTool:
                 self.info.name, arguments, self.connection.config.timeout_seconds
             )
         except McpClientError as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+            # the server's stderr may name paths or hold secrets: it stays in last_error,
+            # for admins (GET /v1/mcp/servers), and is not shown to the model or the user
+            return ToolOutput(content=str(exc).split(STDERR_MARK, 1)[0], is_error=True)
         except Exception as exc:
             return ToolOutput(
                 content=f"MCP tool {self.info.name!r} failed: {type(exc).__name__}: {exc}",
