@@ -23,8 +23,8 @@ from parley.mcp.client import (
     McpClientError,
     McpConnection,
     McpConnectionLost,
-    ServerConfig,
 )
+from parley.mcp.config import ServerConfig
 from parley.mcp.listing import MAX_DESCRIPTION_CHARS, schema_problem
 from parley.mcp.tools import McpTool, cap, server_tools, to_output, tool_name
 from parley.tools.protocol import ToolOutput

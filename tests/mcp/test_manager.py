@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from parley.mcp.client import McpClientError, ServerConfig
+from parley.mcp.client import McpClientError
+from parley.mcp.config import ServerConfig
 from parley.mcp.manager import McpManager, McpQuarantined, _Policy, _Server
 from parley.mcp.tools import to_output
 from tests.mcp.test_client import ROOT, HttpServer, stdio_config

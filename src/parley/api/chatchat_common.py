@@ -10,6 +10,7 @@ used by one of them only stays in that module; no route is defined here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -105,3 +106,24 @@ async def all_documents(service: KnowledgeService, owner: str, kb_id: str) -> li
         if len(page) < LIST_PAGE:
             return found
         after = page[-1].id
+
+
+@dataclass(frozen=True, slots=True)
+class OpenBase:
+    service: KnowledgeService
+    owner: str
+    base: KnowledgeBase
+
+
+async def open_base(request: Request, name: str) -> OpenBase | dict[str, Any]:
+    """The caller's base named ``name``, or the Chatchat reply that says why not
+    (knowledge bases are off, the name is invalid, there is no such base)."""
+    service, owner = await caller(request)
+    if service is None:
+        return disabled()
+    if not valid_name(name):
+        return bad_name()
+    base = await find_base(service, owner, name)
+    if base is None:
+        return missing_base(name)
+    return OpenBase(service, owner, base)

@@ -39,6 +39,7 @@ from parley.api.chatchat_common import (
     disabled,
     find_base,
     missing_base,
+    open_base,
     reply,
     valid_name,
 )
@@ -377,15 +378,10 @@ async def _store_upload(
 
 @router.post("/delete_docs")
 async def delete_docs(request: Request, body: DeleteDocsBody) -> dict[str, Any]:
-    service, owner = await caller(request)
-    if service is None:
-        return disabled()
-    name = body.knowledge_base_name
-    if not valid_name(name):
-        return bad_name()
-    base = await find_base(service, owner, name)
-    if base is None:
-        return missing_base(name)
+    opened = await open_base(request, body.knowledge_base_name)
+    if isinstance(opened, dict):
+        return opened
+    service, owner, base = opened.service, opened.owner, opened.base
     failed: dict[str, str] = {}
     for filename in dict.fromkeys(body.file_names):
         documents = await _named(service, owner, base.id, filename)
@@ -407,15 +403,10 @@ async def delete_docs(request: Request, body: DeleteDocsBody) -> dict[str, Any]:
 @router.post("/update_docs")
 async def update_docs(request: Request, body: UpdateDocsBody) -> dict[str, Any]:
     """Index the named files again (from their stored content)."""
-    service, owner = await caller(request)
-    if service is None:
-        return disabled()
-    name = body.knowledge_base_name
-    if not valid_name(name):
-        return bad_name()
-    base = await find_base(service, owner, name)
-    if base is None:
-        return missing_base(name)
+    opened = await open_base(request, body.knowledge_base_name)
+    if isinstance(opened, dict):
+        return opened
+    service, owner, base = opened.service, opened.owner, opened.base
     custom = _custom_docs(body.docs)
     failed: dict[str, str] = {}
     queued: list[str] = []

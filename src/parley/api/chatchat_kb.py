@@ -133,6 +133,7 @@ from parley.api.chatchat_common import (
     find_base,
     missing_base,
     name_problem,
+    open_base,
     reply,
     valid_name,
 )
@@ -355,14 +356,10 @@ async def delete_knowledge_base(request: Request, body: Annotated[Any, Body()]) 
 
 @router.post("/update_info")
 async def update_info(request: Request, body: InfoBody) -> dict[str, Any]:
-    service, owner = await caller(request)
-    if service is None:
-        return disabled()
-    name = body.knowledge_base_name
-    if not valid_name(name):
-        return bad_name()
-    if await find_base(service, owner, name) is None:
-        return missing_base(name)
+    opened = await open_base(request, body.knowledge_base_name)
+    if isinstance(opened, dict):
+        return opened
+    service, owner, name = opened.service, opened.owner, body.knowledge_base_name
     try:
         await service.store.update(owner, name, name=None, description=body.kb_info)
     except LookupError:

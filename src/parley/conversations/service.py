@@ -40,13 +40,14 @@ from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.reach import Reaches
 from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
+from parley.conversations.turn_tools import TurnTools
 from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import TurnInfo
-from parley.mcp.service import McpChoice, McpService, UnavailableTool, is_mcp_tool
+from parley.mcp.service import McpService, is_mcp_tool
 from parley.messages import (
     FilePart,
     ImagePart,
@@ -63,8 +64,8 @@ from parley.store.assistants import AssistantStore
 from parley.store.citations import CitationStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
-from parley.tools.protocol import Reach, Tool
-from parley.tools.registry import ToolRegistry, offer_order
+from parley.tools.protocol import Reach
+from parley.tools.registry import ToolRegistry
 from parley.transforms.images import ImageSaver
 from parley.transforms.output import rewrite_parts
 
@@ -95,7 +96,6 @@ class ConversationService:
         mcp: McpService | None = None,
     ) -> None:
         self._settings = settings
-        self._mcp = mcp
         self._reaches = reaches or Reaches(None, None)
         self._citations = citations
         self._history = History(store, settings.tools.approval_ttl_seconds)
@@ -105,6 +105,7 @@ class ConversationService:
         self._store = store
         self._registry = registry
         self._tools = tools or ToolRegistry()
+        self._turn_tools = TurnTools(settings, self._tools, mcp)
         self._running: set[Generation] = set()
         self._sessions = Sessions(settings.chat.session_idle_seconds)
         self.shutting_down = False
@@ -218,13 +219,7 @@ class ConversationService:
         only read, for its assistant). Returns the turn's assistant."""
         assistant = await self._assistant(turn)
         self._registry.resolve(turn.model or (assistant.model if assistant else None))
-        self._server_tools(turn, assistant)
-        named = [name for name in turn.server_tools if is_mcp_tool(name)]
-        if named:
-            if self._mcp is None:
-                raise InvalidRequest(f"unknown server tool {named[0]!r}", param="tools")
-            await self._mcp.refresh()  # a server added on another instance counts
-            self._mcp.check(named)
+        await self._turn_tools.check(turn, assistant)
         if turn.approvals:
             return assistant
         last = turn.messages[-1] if turn.messages else None
@@ -248,7 +243,7 @@ class ConversationService:
         model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
         citations = Citations()
         reach = replace(reach, citations=citations)
-        server_tools = self._server_tools(turn, assistant, reach.tools)
+        server_tools = self._turn_tools.names(turn, assistant, reach.tools)
         create = turn.conversation_id is None
         parent_id: str | None = None
         prior_cost = 0.0
@@ -309,7 +304,7 @@ class ConversationService:
                 for m in new
             ]
 
-        tools, server_tools = await self._with_mcp(
+        tools, server_tools = await self._turn_tools.with_mcp(
             turn, assistant, model, server_tools, resumed_mcp, notes
         )
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
@@ -493,63 +488,6 @@ class ConversationService:
         if len(self._assistant_of) > ASSISTANT_CACHE:
             self._assistant_of.popitem(last=False)
         return name
-
-    def _server_tools(
-        self, turn: ChatTurn, assistant: Assistant | None = None, reached: tuple[str, ...] = ()
-    ) -> tuple[str, ...]:
-        """The request's server tools, the assistant's, the configured defaults and the
-        knowledge and memory tools its reach brings (each once), in the order they are
-        offered (``offer_order``)."""
-        client = {spec.name for spec in turn.tools}
-        clash = client & set(turn.server_tools)
-        if clash:
-            raise InvalidRequest(
-                f"client tool names clash with server tools: {sorted(clash)}", param="tools"
-            )
-        # a configured default gives way to a client tool of the same name
-        defaults = [n for n in self._settings.tools.default_tools if n not in client]
-        own = [n for n in (assistant.tools if assistant else ()) if n not in client]
-        brought = [n for n in reached if n not in client]
-        names = dict.fromkeys((*turn.server_tools, *own, *defaults, *brought))
-        return tuple(offer_order(name for name in names if name in self._tools))
-
-    async def _with_mcp(
-        self,
-        turn: ChatTurn,
-        assistant: Assistant | None,
-        model: ResolvedModel,
-        server_tools: tuple[str, ...],
-        resumed: tuple[str, ...],
-        notes: list[str],
-    ) -> tuple[ToolRegistry | None, tuple[str, ...]]:
-        """The request's MCP tools joined to its server tools: (the registry with them,
-        or None when there are none; the tools offered). A server that is down costs a
-        note in ``notes``, never the turn."""
-        if self._mcp is None or not model.provider.supports_tools:
-            return None, server_tools
-        use = turn.use_mcp
-        if use is None:  # Chatchat's route uses MCP only when asked, as Chatchat does
-            use = self._mcp.settings.use_by_default and turn.source != "chatchat"
-        own = assistant.tools if assistant is not None else ()
-        named = (*turn.server_tools, *own, *self._settings.tools.default_tools)
-        choice = McpChoice(
-            every_server=use,
-            servers=assistant.mcp_servers if assistant is not None else (),
-            tools=tuple(dict.fromkeys(n for n in named if is_mcp_tool(n))),
-            resumed=resumed,
-        )
-        if not choice:
-            return None, server_tools
-        chosen = await self._mcp.tools_for(choice)
-        notes.extend(chosen.notes)
-        client = {spec.name for spec in turn.tools}  # a client's tool of the same name wins
-        tools: list[Tool] = [tool for tool in chosen.tools if tool.spec.name not in client]
-        # an approved call whose server is down gets the reason, not "unknown tool"
-        tools += [UnavailableTool(name, reason) for name, reason in chosen.missing.items()]
-        if not tools:
-            return None, server_tools
-        names = (*server_tools, *(tool.spec.name for tool in tools))
-        return self._tools.with_tools(tools), tuple(offer_order(dict.fromkeys(names)))
 
     def fast_models(self, model: ResolvedModel) -> list[ResolvedModel]:
         """The models for the server's own calls: ``chat.fast_model`` (with its

@@ -4,6 +4,7 @@ own MCP endpoint.
 - ``client.py``: one server's connection (lazy connect, tool-list cache, per-call
   timeout, reconnect with backoff and retry, keep-alive pings, health, clean shutdown);
   ``transports.py``: the SDK's stdio, streamable HTTP and SSE transports, watched;
+  ``config.py``: a server's ``ServerConfig``;
 - ``tools.py``: a server tool as a Parley ``Tool`` (``mcp__{server}__{tool}``) and its
   results as ``ToolOutput``;
 - ``manager.py``: the set of servers (concurrent listing, per-server deadlines,

@@ -40,15 +40,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Any, Literal, Self, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import Any, Self, TypeAlias, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from mcp import ClientSession
+from parley.mcp.config import ServerConfig
 from parley.mcp.listing import SkippedTool as SkippedTool
 from parley.mcp.listing import ToolInfo as ToolInfo
 from parley.mcp.listing import vet
@@ -72,46 +73,6 @@ closes, then SIGTERM, then SIGKILL after 2 s more) before cancelling it."""
 _FIRST = asyncio.FIRST_COMPLETED
 _SETTLE_SECONDS = 1.0
 """How long a failed request waits for its broken connection to wind down, to say why."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """One MCP server as configured: a stdio command, or a streamable HTTP or SSE URL."""
-
-    name: str
-    transport: Literal["stdio", "http", "sse"] = "stdio"
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # values may be secrets
-    cwd: str | None = None
-    url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    bearer_token: str | None = field(default=None, repr=False)
-    timeout_seconds: float = 30.0
-    enabled: bool = True
-    ping_interval_seconds: float = 60.0
-    """Ping a session idle this long (0: never); one that does not answer is dropped."""
-    reconnect_backoff_seconds: float = 0.5
-    """The wait before reconnecting after two failed connects in a row; doubles with each
-    further one."""
-    max_reconnect_backoff_seconds: float = 30.0
-
-    def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("an MCP server needs a name")
-        if not 1 <= self.timeout_seconds <= 300:
-            raise ValueError("timeout_seconds must be between 1 and 300")
-        if self.transport == "stdio" and not self.command:
-            raise ValueError(f"MCP server {self.name!r}: a stdio server needs a command")
-        if self.transport in ("http", "sse") and not self.url:
-            raise ValueError(f"MCP server {self.name!r}: an {self.transport} server needs a url")
-        if self.ping_interval_seconds < 0:
-            raise ValueError("ping_interval_seconds must be 0 (off) or positive")
-        if not 0 < self.reconnect_backoff_seconds <= self.max_reconnect_backoff_seconds:
-            raise ValueError(
-                "reconnect_backoff_seconds must be positive and at most "
-                "max_reconnect_backoff_seconds"
-            )
 
 
 @dataclass(frozen=True, slots=True)

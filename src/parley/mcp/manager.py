@@ -39,9 +39,9 @@ from parley.mcp.client import (
     McpCallTimeout,
     McpClientError,
     McpConnection,
-    ServerConfig,
     ToolInfo,
 )
+from parley.mcp.config import ServerConfig
 from parley.mcp.tools import DEFAULT_MAX_CHARS, McpTool
 
 MAX_QUARANTINE_SECONDS = 600.0

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 if TYPE_CHECKING:  # the SDK is imported only when a server is used
-    from parley.mcp.client import ServerConfig
+    from parley.mcp.config import ServerConfig
 
 SERVER_NAME = re.compile(r"^(?!.*__)(?!.*_$)[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 """Letters, digits, ``-`` and single ``_``, at most 32, not ending in ``_``: a server's name
@@ -89,7 +89,7 @@ class McpServerSettings(_Section):
 
     def config(self, name: str) -> ServerConfig:
         """The client's view of this server."""
-        from parley.mcp.client import ServerConfig
+        from parley.mcp.config import ServerConfig
 
         return ServerConfig(
             name=name,

@@ -38,7 +38,7 @@ from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
 if TYPE_CHECKING:
-    from parley.mcp.client import ServerConfig
+    from parley.mcp.config import ServerConfig
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 OnBroken = Callable[[str], None]
