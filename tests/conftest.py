@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,11 @@ def db_rows(db_path: Path, query: str, *args: Any) -> list[sqlite3.Row]:
         return list(connection.execute(query, args))
     finally:
         connection.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite never runs native model code in its own process: llama.cpp belongs in
+    the local model's worker (a crash there must cost one request, not the run)."""
+    if "llama_cpp" in sys.modules:
+        print("\nllama_cpp was imported into the pytest process; it belongs in a worker")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

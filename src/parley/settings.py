@@ -62,6 +62,23 @@ class ProviderSettings(_Section):
     model_path: str | None = None
     context_tokens: int = 4096
     threads: int | None = None
+    backend: str = Field(
+        default="llama",
+        description="The runtime the local model's worker process loads: llama "
+        "(llama-cpp-python), or module:function returning a model (see "
+        "parley.providers.local.backend).",
+    )
+    load_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long the local model's worker may take to load and check the model.",
+    )
+    cancel_grace_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a cancelled local generation may take to stop before its "
+        "worker process is killed (and restarted for the next request).",
+    )
 
     @field_validator("name")
     @classmethod

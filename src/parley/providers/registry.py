@@ -203,7 +203,7 @@ def build_provider(config: ProviderSettings, client: httpx.AsyncClient) -> Provi
 
             return AnthropicProvider(config, client)
         case "local":
-            from parley.providers.local import LocalProvider
+            from parley.providers.local.provider import LocalProvider
 
             return LocalProvider(config)
         case "scripted":
