@@ -4,10 +4,16 @@ OpenAI-compatible streaming server run in a background thread."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import pty
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyte
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -217,3 +224,115 @@ def test_ctrl_c_stops_the_reply_and_returns_to_the_prompt(server: FakeServer) ->
     assert server.slow_chunks < 600
     assert server.bodies[1]["conversation_id"] == "conv-123"
     assert "Traceback" not in stderr
+
+
+class Terminal:
+    """``parley chat`` on a real pseudo-terminal (its controlling tty, so Ctrl-C is the
+    line discipline's), read through a terminal emulator to see the screen a person sees."""
+
+    def __init__(self, *args: str, columns: int = 100) -> None:
+        self.screen = pyte.Screen(columns, 30)
+        self._stream = pyte.ByteStream(self.screen)
+        self._master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns)}
+        self.process = subprocess.Popen(
+            [PARLEY, "chat", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
+        os.close(slave)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self._master, keys)
+
+    def read_for(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self._master], [], [], min(left, 0.05))
+            if ready:
+                try:
+                    self._stream.feed(os.read(self._master, 65536))
+                except OSError:  # the child closed the terminal
+                    return
+
+    def wait_for(self, text: str, seconds: float = 20) -> None:
+        deadline = time.monotonic() + seconds
+        while text not in self.text():
+            assert time.monotonic() < deadline, f"{text!r} never appeared:\n{self.text()}"
+            self.read_for(0.1)
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display if line.strip())
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        os.close(self._master)
+
+
+@pytest.mark.skipif(not hasattr(termios, "TIOCSCTTY"), reason="needs POSIX terminals")
+def test_ctrl_c_on_a_terminal_leaves_one_copy_of_the_partial_answer(server: FakeServer) -> None:
+    terminal = Terminal("--url", server.url.removesuffix("/v1"), "--model", "m")
+    try:
+        terminal.wait_for("you>")
+        terminal.type(b"slow\r")
+        deadline = time.monotonic() + 20
+        while server.slow_chunks < 20:  # 20 ticks fill the 100-column line exactly
+            assert time.monotonic() < deadline, "the slow stream did not start"
+            terminal.read_for(0.05)
+        terminal.read_for(0.5)  # the live region shows the ticks
+        terminal.type(b"\x03")
+        terminal.wait_for("(stopped)")
+        terminal.type(b"/exit\r")
+        terminal.read_for(1)
+    finally:
+        terminal.close()
+
+    lines = terminal.text().splitlines()
+    assert lines.count("thinking hard") == 1, lines  # was twice: the ^C echo wrapped
+    answer = lines[lines.index("thinking hard") + 1 : lines.index("(stopped)")]
+    assert answer, lines
+    assert all(set(line.split()) == {"tick"} for line in answer), lines
+
+
+def test_help_is_answered_by_the_client_not_the_model(server: FakeServer) -> None:
+    result = chat(
+        "--url", server.url, "--model", "m", stdin="/help\n/nonsense\n/usr/bin is a path\n"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "/new" in result.stdout
+    assert "start a new conversation" in result.stdout
+    assert "unknown command /nonsense; /help lists them" in result.stdout
+    assert [b["messages"][-1]["content"] for b in server.bodies] == ["/usr/bin is a path"]
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_the_server_url_works_with_or_without_v1(server: FakeServer, suffix: str) -> None:
+    root = server.url.removesuffix("/v1")
+    result = chat("--url", root + suffix, "--model", "m", stdin="hi\n")
+
+    assert result.returncode == 0, result.stderr
+    assert "Echo: HI done" in result.stdout
+
+
+def test_the_server_url_comes_from_parley_url(server: FakeServer) -> None:
+    env = {**os.environ, "PARLEY_URL": server.url.removesuffix("/v1")}
+    result = subprocess.run(
+        [PARLEY, "chat", "--model", "m"],
+        input="hi\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "Echo: HI done" in result.stdout

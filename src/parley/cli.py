@@ -132,8 +132,12 @@ class _Server(uvicorn.Server):
 @app.command()
 def chat(
     url: Annotated[
-        str, typer.Option(help="Base URL of a running Parley server.")
-    ] = "http://127.0.0.1:8000/v1",
+        str,
+        typer.Option(
+            envvar="PARLEY_URL",
+            help="A running Parley server (http://host:port, with or without /v1).",
+        ),
+    ] = "http://127.0.0.1:8000",
     model: Annotated[str | None, typer.Option(help="Model name or alias.")] = None,
     api_key: Annotated[
         str, typer.Option(envvar="PARLEY_API_KEY", help="API key (not needed on loopback).")

@@ -2,8 +2,10 @@
 
 The server keeps the history: the first message starts a conversation (with the system
 prompt, if any), later ones send only the new user message plus ``conversation_id``.
-Answers stream live as Markdown; ``/new`` starts over, ``/exit`` or Ctrl-D quits, and
-Ctrl-C stops the answer being streamed.
+Answers stream live as Markdown; ``/help`` lists the commands, ``/new`` starts over,
+``/exit`` or Ctrl-D quits, and Ctrl-C stops the answer being streamed. While an answer
+streams, the terminal does not echo keys (a ``^C`` echoed after the live region's last
+column would wrap the cursor onto a new line and leave a copy of the partial answer).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam
@@ -22,6 +26,43 @@ from rich.markup import escape
 from rich.text import Text
 
 _HINT = "Is the server running? Start it with [bold]parley serve[/bold]."
+_COMMANDS = (
+    ("/help", "this list"),
+    ("/new", "start a new conversation"),
+    ("/exit, /quit", "leave (Ctrl-D too)"),
+)
+_HELP = "\n".join(f"  {name:<13} {what}" for name, what in _COMMANDS) + (
+    "\n  Ctrl-C        stop the answer being streamed"
+)
+
+
+def api_base(url: str) -> str:
+    """The OpenAI base URL for ``url``: a server's root gets ``/v1``; a URL with a path
+    (``http://host/v1``, or another server's ``/api/openai/v1``) is used as it is."""
+    url = url.strip().rstrip("/")
+    return url if urlsplit(url).path else f"{url}/v1"
+
+
+@contextlib.contextmanager
+def _keys_not_echoed() -> Iterator[None]:
+    """No echo of typed keys (``^C`` included) while the block runs, on a terminal."""
+    try:
+        import termios
+    except ImportError:  # not POSIX
+        yield
+        return
+    if not sys.stdin.isatty():
+        yield
+        return
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 class _Reply:
@@ -73,7 +114,7 @@ class _Session:
         self.connected = True
         reply, new_id = _Reply(), None
         try:
-            with Live(reply, console=self.console, refresh_per_second=6):
+            with _keys_not_echoed(), Live(reply, console=self.console, refresh_per_second=6):
                 for chunk in stream:
                     parley = (chunk.model_extra or {}).get("parley")
                     if self.conversation is None and isinstance(parley, dict):
@@ -110,12 +151,13 @@ def run_chat(
     """Run the REPL until ``/exit``, ``/quit`` or end of input; the process exit code."""
     with contextlib.suppress(ImportError):
         importlib.import_module("readline")  # line editing and history for input()
+    url = api_base(url)
     session = _Session(url, model, api_key, conversation, system)
     console = session.console
     tty = sys.stdin.isatty()
     if conversation:
         console.print(f"[dim]continuing conversation {escape(conversation)}[/dim]")
-    console.print("[dim]/new starts a new conversation, /exit quits, Ctrl-C stops a reply[/dim]")
+    console.print("[dim]/help lists the commands; Ctrl-C stops a reply[/dim]")
     while True:
         try:
             line = console.input("[bold cyan]you>[/bold cyan] ").strip()
@@ -132,6 +174,12 @@ def run_chat(
             session.conversation = None
             console.print("[dim]new conversation[/dim]")
             continue
+        if line == "/help":
+            console.print(_HELP, markup=False)
+            continue
+        if _looks_like_a_command(line):
+            console.print(f"unknown command {line}; /help lists them", markup=False)
+            continue
         try:
             session.send(line)
         except KeyboardInterrupt:
@@ -143,3 +191,9 @@ def run_chat(
                 return 1
         except openai.APIError as exc:
             console.print(_error(exc), style="red", markup=False)
+
+
+def _looks_like_a_command(line: str) -> bool:
+    """``/word`` alone; a message that merely starts with a slash (``/usr/bin is ...``)
+    is sent."""
+    return line.startswith("/") and line[1:].isalpha()
