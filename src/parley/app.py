@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
+from fastapi_offline import FastAPIOffline
 
 from parley import __version__
 from parley.agent.completion import Completer
@@ -32,6 +33,7 @@ from parley.api import (
     conversations,
     errors,
     files,
+    home,
     memories,
     models,
     tasks,
@@ -199,11 +201,14 @@ def create_app(settings: Settings) -> FastAPI:
             await client.aclose()
             await database.dispose()
 
-    app = FastAPI(
+    # /docs and /redoc with their scripts and styles served from the installed package:
+    # FastAPI's own pages load them from a CDN, and are blank offline
+    app = FastAPIOffline(
         title="Parley",
         version=__version__,
         description="A self-hosted agentic chat server with an OpenAI-compatible API.",
         lifespan=lifespan,
+        static_url="/docs-assets",
     )
     errors.install(app)
     app.add_middleware(
@@ -211,6 +216,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_in_flight=settings.server.max_in_flight,
         max_loop_lag_ms=settings.server.max_loop_lag_ms,
     )
+    app.include_router(home.router)
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(conversations.router)

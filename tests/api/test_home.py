@@ -1,0 +1,48 @@
+"""What a person meets opening the server in a browser: ``/``, ``/docs`` and ``/redoc``,
+all of it served by Parley itself (nothing from a CDN, so it works offline)."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from tests.support.server import ParleyServer
+
+
+def test_the_root_page_says_what_is_there(parley: ParleyServer) -> None:
+    response = httpx.get(f"{parley.url}/")
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    page = response.text
+    assert f'base_url="{parley.url}/v1"' in page
+    assert f"parley chat --url {parley.url}" in page
+    for link in ("/docs", "/redoc", "/openapi.json", "/v1/models", "/health"):
+        assert f'href="{parley.url}{link}"' in page
+    assert "<script" not in page
+
+
+def test_the_root_page_escapes_the_host_it_echoes(parley: ParleyServer) -> None:
+    response = httpx.get(f"{parley.url}/", headers={"host": 'x"><script>alert(1)</script>'})
+
+    assert response.status_code == 200
+    assert "<script>" not in response.text
+    assert "alert(1)</script>" not in response.text
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_api_reference_loads_only_from_parley(parley: ParleyServer, page: str) -> None:
+    html = httpx.get(f"{parley.url}{page}").text
+
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert any(asset.endswith(".js") for asset in assets), html
+    for asset in assets:
+        assert asset.startswith("/"), f"{page} loads {asset} from elsewhere"
+        response = httpx.get(f"{parley.url}{asset}")
+        assert response.status_code == 200, asset
+        if asset.endswith(".js"):
+            assert len(response.content) > 100_000  # the real bundle, not a stub
+    assert "/openapi.json" in html
+    assert httpx.get(f"{parley.url}/openapi.json").json()["info"]["title"] == "Parley"
