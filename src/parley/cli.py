@@ -17,6 +17,7 @@ from typing import Annotated, TypeVar
 import typer
 import uvicorn
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from parley import __version__
@@ -212,6 +213,36 @@ def interceptors_command(
     console.print(
         "[dim]before-hooks run top to bottom, after-hooks and stream hooks bottom to top[/dim]"
     )
+
+
+@app.command("doctor")
+def doctor_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Check this installation and say how to fix what fails.
+
+    Python, the CPU, the local model (loaded and asked in its worker), the database, the
+    embedding model and every provider. Exits 1 when a check fails.
+    """
+    from dataclasses import asdict
+
+    from parley.doctor import diagnose
+
+    settings = _settings(config)
+    logging.basicConfig(level=logging.ERROR)
+    findings = asyncio.run(diagnose(settings))
+    if as_json:
+        console.print_json(data=[asdict(f) for f in findings])
+    else:
+        styles = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+        for finding in findings:
+            mark = f"[{styles[finding.status]}]{finding.status:<4}[/]"
+            console.print(f"{mark}  [bold]{finding.check}[/]: {escape(finding.detail)}")
+            if finding.fix:
+                console.print(f"      fix: {escape(finding.fix)}", highlight=False)
+    if any(f.status == "fail" for f in findings):
+        raise typer.Exit(1)
 
 
 @app.command("migrate")

@@ -27,7 +27,7 @@ from parley.events import (
     UsageEvent,
 )
 from parley.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, Usage
-from parley.providers.http import provider_timeout, stream_events
+from parley.providers.http import fetch_models, provider_timeout, stream_events
 from parley.providers.protocol import ModelRequest
 from parley.providers.sse import iter_sse
 from parley.settings import ProviderSettings
@@ -167,18 +167,14 @@ class AnthropicProvider:
         if self._config.models or not self._config.list_upstream_models:
             return list(self._config.models)
         try:
-            response = await self._client.get(
-                f"{self._url}/v1/models",
-                params={"limit": 1000},
-                headers=self._headers,
-                timeout=5.0,
-            )
-            if response.status_code != 200:
-                return []
-            data = response.json().get("data") or []
-            return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
-        except (httpx.HTTPError, ValueError):
+            return await self.check_models()
+        except ProviderError:
             return []
+
+    async def check_models(self) -> list[str]:
+        """The upstream's models, asked now; a ProviderError says why not."""
+        url = f"{self._url}/v1/models"
+        return await fetch_models(self._client, self.name, url, self._headers, {"limit": 1000})
 
     async def aclose(self) -> None:
         return None

@@ -103,6 +103,30 @@ def transport_error(provider: str, exc: httpx.HTTPError) -> ProviderError:
     )
 
 
+async def fetch_models(
+    client: httpx.AsyncClient,
+    provider: str,
+    url: str,
+    headers: dict[str, str],
+    params: dict[str, str | int] | None = None,
+) -> list[str]:
+    """The model ids an upstream's models route lists; a ProviderError says why not."""
+    try:
+        response = await client.get(url, headers=headers, params=params, timeout=5.0)
+        if response.status_code != 200:
+            raise await error_from_response(provider, response)
+        data = response.json().get("data") or []
+    except httpx.HTTPError as exc:
+        raise transport_error(provider, exc) from exc
+    except (ValueError, AttributeError) as exc:  # not JSON, or not an object
+        raise ProviderError(
+            f"upstream {provider!r} answered its models route with something else",
+            provider=provider,
+            code="upstream_bad_response",
+        ) from exc
+    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+
+
 def provider_timeout(config: ProviderSettings) -> httpx.Timeout:
     return httpx.Timeout(config.timeout_seconds, connect=config.connect_timeout_seconds)
 

@@ -27,6 +27,7 @@ from parley.events import (
 from parley.messages import STEP_SEPARATOR, ImagePart, Message, TextPart, ToolCallPart, Usage
 from parley.providers.http import (
     error_from_response,
+    fetch_models,
     provider_timeout,
     stream_events,
     transport_error,
@@ -191,15 +192,13 @@ class OpenAIChatProvider:
         if self._config.models or not self._config.list_upstream_models:
             return list(self._config.models)
         try:
-            response = await self._client.get(
-                f"{self._url}/models", headers=self._headers, timeout=5.0
-            )
-            if response.status_code != 200:
-                return []
-            data = response.json().get("data") or []
-            return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
-        except (httpx.HTTPError, ValueError):
+            return await self.check_models()
+        except ProviderError:
             return []
+
+    async def check_models(self) -> list[str]:
+        """The upstream's models, asked now; a ProviderError says why not."""
+        return await fetch_models(self._client, self.name, f"{self._url}/models", self._headers)
 
     async def aclose(self) -> None:
         return None

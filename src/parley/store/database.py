@@ -35,6 +35,8 @@ from typing import Any, TypeVar
 import orjson
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
@@ -193,6 +195,13 @@ class Database:
             finally:
                 connection.exec_driver_sql("PRAGMA foreign_keys=ON")
 
+    async def migration_state(self) -> tuple[str | None, str]:
+        """The database's revision (None before the first migration) and the newest one."""
+        current = await self.read(lambda c: MigrationContext.configure(c).get_current_revision())
+        head = ScriptDirectory.from_config(_config()).get_current_head()
+        assert head is not None
+        return current, head
+
     async def dispose(self) -> None:
         if self._sync is not None:
             if self._writer is not None:
@@ -231,8 +240,13 @@ def _sqlite_engine(settings: Settings) -> Engine:
     return engine
 
 
-def _upgrade(connection: Connection) -> None:
+def _config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def _upgrade(connection: Connection) -> None:
+    config = _config()
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
