@@ -82,6 +82,16 @@ def test_a_broken_local_model_and_a_dead_provider_are_reported_with_fixes(
     assert "not created yet" in found["database"].detail
 
 
+def test_a_model_that_loads_but_never_answers_is_a_failure(tmp_path: Path) -> None:
+    local = {**_local(tmp_path, "mute", "hang-after-check.gguf"), "load_timeout_seconds": 2}
+    code, found = doctor(tmp_path, {"providers": [local], "knowledge": {"embedder": "none"}})
+
+    assert code == 1
+    mute = found["local model (mute)"]
+    assert mute.status == "fail"
+    assert mute.detail == "the model loaded but gave no answer within 2 s"
+
+
 def test_a_working_installation_passes(tmp_path: Path) -> None:
     config = {
         "providers": [_local(tmp_path, "local", "scripted.gguf")],

@@ -122,10 +122,14 @@ async def local_model_finding(config: ProviderSettings, *, only: bool) -> Findin
     provider = LocalProvider(config)
     try:
         ready = await provider.check()
-        rate = await _tokens_per_second(provider)
+        async with asyncio.timeout(config.load_timeout_seconds):
+            rate = await _tokens_per_second(provider)
     except ProviderError as exc:
         crashed = exc.code == CRASHED
         return Finding(check, "fail", exc.message, REBUILD if crashed else INSTALL_HINT)
+    except TimeoutError:
+        detail = f"the model loaded but gave no answer within {config.load_timeout_seconds:g} s"
+        return Finding(check, "fail", detail, REBUILD)
     finally:
         await provider.aclose()
     built = ready.system_info.removeprefix("CPU : ").replace(" = 1", "").replace(" |", ",")
@@ -211,7 +215,9 @@ async def embedder_finding(settings: Settings, client: httpx.AsyncClient) -> Fin
     except Exception as exc:
         return Finding("embedder", "fail", f"{embedder.model}: {exc}", "check knowledge.embedding")
     milliseconds = (time.perf_counter() - started) * 1000
-    detail = f"{embedder.model}: {vectors.shape[1]} dimensions, {milliseconds:.0f} ms for one text"
+    detail = (
+        f"{embedder.model}: {vectors.shape[1]} dimensions, loaded and ran in {milliseconds:.0f} ms"
+    )
     return Finding("embedder", "ok", detail)
 
 

@@ -2,7 +2,8 @@
 
 Named in a provider's settings as ``backend: tests.support.local_backends:load``. The
 model file's name chooses how loading goes (``crash-on-load``, ``crash-on-check``,
-``hang-on-load``, ``refuse``: a ValueError; anything else loads). The last user
+``hang-on-load``, ``refuse``: a ValueError; ``hang-after-check``: loads and passes the
+one-token check, then every generation hangs; anything else loads). The last user
 message chooses how a generation goes:
 
 - ``abort``: one piece, then ``os.abort()`` (SIGABRT, as a failed native assertion);
@@ -40,16 +41,20 @@ def load(request: Load) -> ScriptedModel:
         time.sleep(3600)
     if "refuse" in name:
         raise ValueError(f"not a model file: {name}")
-    return ScriptedModel(request, crash_on_check="crash-on-check" in name)
+    return ScriptedModel(
+        request, crash_on_check="crash-on-check" in name, mute="hang-after-check" in name
+    )
 
 
 class ScriptedModel:
     name = "scripted-local"
     system_info = "scripted: no native code"
 
-    def __init__(self, request: Load, *, crash_on_check: bool) -> None:
+    def __init__(self, request: Load, *, crash_on_check: bool, mute: bool) -> None:
         self.context_tokens = request.context_tokens
         self._crash_on_check = crash_on_check
+        self._mute = mute
+        self._checked = False
 
     def generate(
         self,
@@ -61,6 +66,9 @@ class ScriptedModel:
     ) -> Outcome:
         if self._crash_on_check:
             os.abort()
+        if self._mute and self._checked:
+            time.sleep(3600)
+        self._checked = True
         last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         prompt_tokens = sum(len(m["content"].split()) for m in messages)
         if last in ("abort", "segv", "hang"):
