@@ -163,3 +163,15 @@ def test_usage_errors_exit_2(server: ParleyServer, key: str, tmp_path: Path) -> 
     down = kb(server, key, "list", "--server", f"http://127.0.0.1:{free_port()}")
     assert down.returncode == 2
     assert "cannot reach the Parley server" in down.stdout
+
+
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/", "/"])
+def test_the_server_may_be_given_with_v1_too(
+    server: ParleyServer, key: str, api: httpx.Client, suffix: str
+) -> None:
+    api.post("/knowledge_bases", json={"name": "either-form"})
+
+    listed = kb(server, key, "list", "--server", server.url + suffix)
+
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "either-form" in listed.stdout
