@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -121,6 +122,29 @@ async def test_the_model_loads_checked_from_a_portable_build(provider: LocalProv
     assert "AVX2 = 1" in ready.system_info
     assert "AVX512" not in ready.system_info
     assert "AMX" not in ready.system_info
+
+
+def test_the_installed_runtime_holds_no_avx512_or_amx_code(gguf: Path) -> None:
+    """The machine code itself: no instruction that an older or other CPU lacks, and none
+    of the AMX path that segfaults on Intel Xeons, whatever the build machine had."""
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None
+    assert spec.origin is not None
+    libraries = sorted((Path(spec.origin).parent / "lib").glob("libggml-cpu*.so*"))
+    assert libraries, "llama_cpp ships no libggml-cpu"
+    code = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", str(libraries[0])],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert "ymm" in code  # AVX2: the portable build's vector width
+    assert "zmm" not in code  # AVX-512
+    for amx in ("ldtilecfg", "tileloadd", "tdpbssd", "tdpbf16ps"):
+        assert amx not in code
 
 
 @pytest.mark.local_model
