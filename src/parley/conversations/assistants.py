@@ -20,6 +20,7 @@ such as known models and tools (``api/assistants.py``), applying the settings to
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
@@ -36,6 +37,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from parley.patterns import MAX_PATTERN_CHARS, PatternError, compile_pattern
 from parley.store.assistants import (
     ID_PREFIX,
     Assistant,
@@ -68,6 +70,7 @@ __all__ = [
 
 _POLICIES: tuple[ToolPolicy, ...] = ("auto", "ask", "deny")
 _STRICTNESS = {policy: rank for rank, policy in enumerate(_POLICIES)}
+log = logging.getLogger(__name__)
 _GLOB = re.compile(r"[*?\[]")
 _WILDCARDS = re.compile(r"\[!?\]?[^\]]*\]|[*?]")
 """What in a glob is not a literal character: ``*``, ``?`` and ``[...]`` classes."""
@@ -116,13 +119,26 @@ def tool_policies(
 
 
 def regex_rules(assistant: Assistant | None) -> tuple[OutputRule, ...]:
-    """An assistant's regex rules, ready to run."""
+    """An assistant's regex rules, ready to run. A stored rule that today's checks refuse
+    (saved before they existed) is left out and logged, not a failed turn."""
     if assistant is None:
         return ()
-    return tuple(
-        OutputRule(r.pattern, r.replacement, frozenset(r.roles), r.display_only, name=f"rule {i}")
-        for i, r in enumerate(assistant.regex_rules)
-    )
+    rules: list[OutputRule] = []
+    for index, rule in enumerate(assistant.regex_rules):
+        name = f"rule {index}"
+        try:
+            rules.append(
+                OutputRule(
+                    rule.pattern,
+                    rule.replacement,
+                    frozenset(rule.roles),
+                    rule.display_only,
+                    name=name,
+                )
+            )
+        except ValueError as exc:
+            log.warning("assistant %s: regex %s is left out: %s", assistant.id, name, exc)
+    return tuple(rules)
 
 
 def _match(policies: Mapping[str, str], tool: str) -> ToolPolicy | None:
@@ -153,8 +169,8 @@ def _policy(value: str) -> ToolPolicy:
 
 def _compiles(pattern: str) -> str:
     try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
+        compile_pattern(pattern)
+    except PatternError as exc:
         raise PydanticCustomError(
             "invalid_regex", "invalid regular expression: {error}", {"error": str(exc)}
         ) from None
@@ -184,7 +200,9 @@ ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=200_000)]
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^\S+$")]
 Pattern = Annotated[
-    str, StringConstraints(min_length=1, max_length=2_000), AfterValidator(_compiles)
+    str,
+    StringConstraints(min_length=1, max_length=MAX_PATTERN_CHARS),
+    AfterValidator(_compiles),
 ]
 Position = Literal["before_system", "after_system", "top", "bottom", "at_depth"]
 """Where an injection goes: around the system prompt, at the top or bottom of the
@@ -290,8 +308,8 @@ class LorebookEntry(_Strict):
         if info.data.get("use_regex"):
             for index, keyword in enumerate(keywords):
                 try:
-                    re.compile(keyword)
-                except (re.error, RecursionError, OverflowError) as exc:
+                    compile_pattern(keyword)
+                except PatternError as exc:
                     raise PydanticCustomError(
                         "invalid_regex",
                         "keyword {index} is not a valid regular expression: {error}",

@@ -7,7 +7,10 @@ Rikkahub's ``PromptInjectionTransformer``, without its entertainment-mode extras
   the text of the last ``scan_depth`` non-system messages of the request as the client
   sent it (plain substring or regular expression, case-insensitive unless
   ``case_sensitive``), or always when ``constant``. ``scan_depth`` 0 never triggers by
-  keyword. A keyword that is not a valid regular expression never matches.
+  keyword. A keyword that is not a valid regular expression never matches. Regular
+  expressions are compiled by ``parley.patterns`` and the whole lorebook's matching
+  shares ``LOREBOOK_SECONDS``: a keyword still unmatched when that runs out does not
+  match.
 
 Everything active is sorted by ``priority`` (highest first, ties in configuration order),
 cut to ``budget_chars`` when set, grouped by position and applied:
@@ -27,16 +30,19 @@ calls that answers it (some providers refuse that); the insertion moves earlier 
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from parley.messages import Message, Role, TextPart, text_message
+from parley.patterns import Deadline, Pattern, PatternError, compile_pattern
 from parley.transforms.context import TransformContext, with_parts
 
 log = logging.getLogger(__name__)
+LOREBOOK_SECONDS = 0.1
+"""What the regular-expression keywords of one request's lorebook may take in all."""
 
 InjectionPosition = Literal[
     "before_system_prompt", "after_system_prompt", "top_of_chat", "bottom_of_chat", "at_depth"
@@ -78,26 +84,34 @@ class LorebookEntry:
     priority: int = 0
     enabled: bool = True
 
-    def is_triggered(self, text: str) -> bool:
+    def is_triggered(self, text: str, deadline: Deadline | None = None) -> bool:
         if not self.enabled:
             return False
         if self.constant:
             return True
         if self.scan_depth <= 0:
             return False
-        return any(self._matches(keyword, text) for keyword in self.keywords if keyword)
+        deadline = deadline or Deadline(LOREBOOK_SECONDS)
+        return any(self._matches(keyword, text, deadline) for keyword in self.keywords if keyword)
 
-    def _matches(self, keyword: str, text: str) -> bool:
+    def _matches(self, keyword: str, text: str, deadline: Deadline) -> bool:
         if self.use_regex:
-            flags = 0 if self.case_sensitive else re.IGNORECASE
             try:
-                return re.search(keyword, text, flags) is not None
-            except re.error:
-                log.warning("lorebook entry %r: invalid regular expression %r", self.name, keyword)
-                return False
+                pattern = _compiled(keyword, not self.case_sensitive)
+                return pattern.search(text, timeout=deadline.seconds()) is not None
+            except PatternError as exc:
+                log.warning("lorebook entry %r: a keyword is refused: %s", self.name, exc)
+            except TimeoutError:
+                log.warning("lorebook entry %r: its keywords ran out of time", self.name)
+            return False
         if self.case_sensitive:
             return keyword in text
         return keyword.casefold() in text.casefold()
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(keyword: str, ignore_case: bool) -> Pattern:
+    return compile_pattern(keyword, ignore_case=ignore_case)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +158,13 @@ class PromptInjectionTransformer:
         ]
         visible = [m for m in scanned if m.role != "system"]
         texts: dict[int, str] = {}
+        deadline = Deadline(LOREBOOK_SECONDS)
         for entry in self.config.lorebook:
             depth = max(entry.scan_depth, 0)
             if depth not in texts:
                 window = visible[-depth:] if depth else []
                 texts[depth] = "\n".join(m.text for m in window)
-            if entry.content and entry.is_triggered(texts[depth]):
+            if entry.content and entry.is_triggered(texts[depth], deadline):
                 found.append(
                     _Injection(
                         entry.name,

@@ -12,6 +12,11 @@ model); a display-only rule rewrites only what is shown, never what is stored. R
 in the order given, each over the whole output of the one before (``re.sub``), with
 Python's replacement syntax (``\\1``, ``\\g<name>``).
 
+Patterns are compiled by ``parley.patterns`` and matched under a deadline: the rules
+of one text share ``RULES_SECONDS`` and those of one streamed reply ``STREAM_SECONDS``.
+A rule that runs out of time is skipped (a stream stops applying it) and logged, so a
+pattern that backtracks without end costs its author that long, and nobody else anything.
+
 ``DisplayRewriter`` applies rules to a stream. Its output joined equals ``apply_rules``
 on the whole text, however the text is split, provided every match, together with what
 its pattern looks at around it, spans at most ``max_match_chars`` characters from where
@@ -24,12 +29,20 @@ when its pattern has no look-ahead and a bounded width (``foo`` holds back 5).
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from parley.messages import Part, Role, TextPart
+from parley.patterns import Deadline, Pattern, PatternError, compile_pattern
+
+log = logging.getLogger(__name__)
+RULES_SECONDS = 0.1
+"""What the rules of one text may take in all, whatever its length and their patterns."""
+STREAM_SECONDS = 0.2
+"""What the rules may take over one streamed reply, all its chunks together."""
 
 # --- regex rules ---------------------------------------------------------------------
 
@@ -48,15 +61,15 @@ class RegexRule:
     """Only what is shown changes; the stored (and model-bound) text keeps the match."""
     name: str = ""
     """For error messages and settings; the pattern stands in when empty."""
-    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    compiled: Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         label = f"regex rule {self.name or self.pattern!r}"
         if not self.roles or not set(self.roles) <= _ROLES:
             raise ValueError(f"{label}: roles must be 'user' and/or 'assistant': {self.roles}")
         try:
-            compiled = re.compile(self.pattern)
-        except re.error as exc:
+            compiled = compile_pattern(self.pattern)
+        except PatternError as exc:
             raise ValueError(f"{label}: bad regular expression {self.pattern!r}: {exc}") from None
         try:
             _check_replacement(compiled, self.replacement)
@@ -67,8 +80,12 @@ class RegexRule:
     def applies(self, role: Role, *, for_storage: bool) -> bool:
         return role in self.roles and self.display_only != for_storage
 
+    @property
+    def label(self) -> str:
+        return self.name or f"pattern of {len(self.pattern)} characters"
 
-def _check_replacement(compiled: re.Pattern[str], replacement: str) -> None:
+
+def _check_replacement(compiled: Pattern, replacement: str) -> None:
     """Raise ``re.error`` for a replacement naming a group the pattern lacks."""
     compile_template = getattr(re, "_compile_template", None)  # Python 3.12+
     if compile_template is not None:
@@ -83,9 +100,13 @@ def apply_rules(text: str, rules: Iterable[RegexRule], role: Role, *, for_storag
     """``text`` after the rules for ``role``: the storage rules (``for_storage``, for a
     finished reply or a user message before it is saved) or the display-only ones (for
     showing stored text)."""
+    deadline = Deadline(RULES_SECONDS)
     for rule in rules:
         if rule.applies(role, for_storage=for_storage):
-            text = rule.compiled.sub(rule.replacement, text)
+            try:
+                text = rule.compiled.sub(rule.replacement, text, timeout=deadline.seconds())
+            except TimeoutError:
+                log.warning("regex rule %s ran out of time and was skipped", rule.label)
     return text
 
 
@@ -123,7 +144,8 @@ class DisplayRewriter:
         chosen = [r for r in rules if r.applies(role, for_storage=False)]
         if with_storage_rules:
             chosen = [r for r in rules if r.applies(role, for_storage=True)] + chosen
-        self._stages = [_RuleStream(rule, max_match_chars) for rule in chosen]
+        deadline = Deadline(STREAM_SECONDS)
+        self._stages = [_RuleStream(rule, max_match_chars, deadline) for rule in chosen]
 
     def __bool__(self) -> bool:
         return bool(self._stages)
@@ -152,10 +174,11 @@ class DisplayRewriter:
 class _RuleStream:
     """One rule over a stream: the released text is what ``re.sub`` gives the whole."""
 
-    __slots__ = ("_context", "_context_chars", "_held", "_rule", "hold")
+    __slots__ = ("_context", "_context_chars", "_deadline", "_held", "_rule", "hold")
 
-    def __init__(self, rule: RegexRule, max_match_chars: int) -> None:
-        self._rule = rule
+    def __init__(self, rule: RegexRule, max_match_chars: int, deadline: Deadline) -> None:
+        self._rule: RegexRule | None = rule
+        self._deadline = deadline
         self.hold = _hold_chars(rule.compiled, max_match_chars)
         """Matches starting this close to the end of the text so far may still change."""
         self._context_chars = max_match_chars
@@ -178,14 +201,12 @@ class _RuleStream:
 
     def _release(self, full: str, pos: int, before: int | None) -> str:
         """``full[pos:cut]`` rewritten, where ``cut`` is ``before`` or the end of a match
-        that starts before it (the end of ``full`` when ``before`` is None)."""
+        that starts before it (the end of ``full`` when ``before`` is None). A rule out of
+        time stops rewriting: from then on the text passes as it is."""
         pieces: list[str] = []
         last = pos
-        for match in self._rule.compiled.finditer(full, pos):
-            start, end = match.span()
-            if before is not None and start >= before:
-                break
-            pieces += (full[last:start], match.expand(self._rule.replacement))
+        for start, end, replacement in self._rewrites(full, pos, before):
+            pieces += (full[last:start], replacement)
             last = end
         cut = len(full) if before is None else max(before, last)
         pieces.append(full[last:cut])
@@ -193,14 +214,32 @@ class _RuleStream:
         self._held = full[cut:]
         return "".join(pieces)
 
+    def _rewrites(self, full: str, pos: int, before: int | None) -> list[tuple[int, int, str]]:
+        """(start, end, replacement) of each match from ``pos`` that starts before
+        ``before``; none once the rule has run out of time."""
+        rule = self._rule
+        if rule is None:
+            return []
+        found: list[tuple[int, int, str]] = []
+        try:
+            for match in rule.compiled.finditer(full, pos, timeout=self._deadline.seconds()):
+                if before is not None and match.start() >= before:
+                    break
+                found.append((match.start(), match.end(), match.expand(rule.replacement)))
+        except TimeoutError:
+            log.warning("regex rule %s ran out of time on a stream: no longer applied", rule.label)
+            self._rule, self.hold = None, 0
+            return []
+        return found
 
-def _hold_chars(compiled: re.Pattern[str], cap: int) -> int:
+
+def _hold_chars(compiled: Pattern, cap: int) -> int:
     """How much of a stream's end a rule must hold back: its widest match plus two (an
     anchor or ``\\b`` at the end looks one character on), or ``cap`` when the pattern
     looks ahead or its width cannot be told."""
     try:
         parser: Any = importlib.import_module("re._parser")
-        tree = parser.parse(compiled.pattern, compiled.flags)
+        tree = parser.parse(compiled.pattern, compiled.flags & re.IGNORECASE)
         if _looks_ahead(tree, parser):
             return cap
         return min(cap, int(tree.getwidth()[1]) + 2)

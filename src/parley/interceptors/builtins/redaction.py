@@ -11,6 +11,11 @@ given, however it is split into chunks: ``StreamRedactor`` releases only the tex
 no later chunk can change, holding back the last ``hold_chars`` characters (a word or a
 pattern match that may still be completed) and any match that started before them.
 
+Patterns are checked by ``parley.patterns`` (length, syntax, repetition) and matched by
+the ``regex`` module under ``MATCH_SECONDS`` a call: a pattern that backtracks without
+end on some text raises ``TimeoutError`` there, which the interceptor chain's security
+band turns into a refused call (it fails closed), instead of stalling the server.
+
 For patterns that guarantee holds only if a pattern needs at most ``max_pattern_chars``
 characters from where its match starts (the match and any look-ahead); ``long_patterns``
 names those that may need more (``\\d+``): the interceptor warns about them.
@@ -24,7 +29,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import regex
+
 from parley.errors import ConfigurationError
+from parley.patterns import Pattern, PatternError, compile_pattern
+
+MATCH_SECONDS = 0.25
+"""What one text's matching may take before the check fails closed."""
 
 NUMBERED_BACKREFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\[1-9]|\(\?\(\d")
 """``\\1`` or ``(?(1)...)``: group numbers shift once the patterns are combined."""
@@ -88,11 +99,15 @@ class Redactor:
         """How much of a stream's end may still become (part of) a match."""
         self.context_chars = max_pattern_chars if self._pattern_groups else 0
         """How much released text a stream keeps for look-behinds and ``\\b``."""
-        self._regex: re.Pattern[str] | None = None
+        self._regex: Pattern | None = None
         if alternatives:
+            combined = "|".join(f"({a})" for a in alternatives)
             try:
-                self._regex = re.compile("|".join(f"({a})" for a in alternatives), self._flags)
-            except re.error as exc:
+                # re refuses what regex would accept but number differently (a group name
+                # used twice); compiling never backtracks
+                re.compile(combined, self._flags)
+                self._regex = regex.compile(combined, regex.IGNORECASE if self._flags else 0)
+            except (re.error, regex.error) as exc:
                 raise ConfigurationError(
                     f"sensitive filter: the patterns cannot be combined: {exc}"
                 ) from None
@@ -100,16 +115,16 @@ class Redactor:
     def _key(self, word: str) -> str:
         return word if self.case_sensitive else word.lower()
 
-    def _check(self, pattern: str, rule: Rule) -> re.Pattern[str]:
+    def _check(self, pattern: str, rule: Rule) -> Pattern:
         def bad(reason: str) -> ConfigurationError:
             return ConfigurationError(f"sensitive filter: {rule.source}: {reason}: {pattern!r}")
 
         if NUMBERED_BACKREFERENCE.search(pattern):
             raise bad("numbered group references are not supported (name the group)")
         try:
-            compiled = re.compile(pattern, self._flags)
-            re.compile(f"({pattern})", self._flags)
-        except re.error as exc:
+            compiled = compile_pattern(pattern, ignore_case=not self.case_sensitive)
+            compile_pattern(f"({pattern})")
+        except PatternError as exc:
             raise bad(f"bad regular expression ({exc})") from None
         if compiled.match("") is not None:
             raise bad("the pattern matches empty text")
@@ -125,14 +140,14 @@ class Redactor:
         is seen by look-behinds only), up to the first one that starts at ``before``."""
         if self._regex is None:
             return
-        for match in self._regex.finditer(text, pos):
+        for match in self._regex.finditer(text, pos, timeout=MATCH_SECONDS):
             start, end = match.span()
             if before is not None and start >= before:
                 return
             if end > start:  # a bare look-around: nothing to redact
                 yield start, end, self._rule(match)
 
-    def _rule(self, match: re.Match[str]) -> Rule:
+    def _rule(self, match: regex.Match[str]) -> Rule:
         group = match.lastindex or 0
         if group != self._word_group:
             return self._pattern_groups[group]

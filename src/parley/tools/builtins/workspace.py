@@ -24,10 +24,11 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from parley.patterns import Deadline, PatternError, compile_pattern
 from parley.processes import run_shell
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError, ToolOutput
@@ -36,6 +37,8 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 """The largest file workspace_write makes."""
 MAX_LIST_ENTRIES = 1000
 MAX_SEARCH_RESULTS = 500
+SEARCH_SECONDS = 2.0
+"""What the regular expression of one workspace_search may take, all lines together."""
 MAX_SEARCH_FILE_BYTES = 20 * 1024 * 1024
 """Bigger files are skipped by workspace_search."""
 MAX_MATCH_LINE_CHARS = 300
@@ -325,10 +328,7 @@ def workspace_search(
     """
     if not query:
         raise ToolError("The query is empty.")
-    try:
-        pattern = re.compile(query) if regex else re.compile(re.escape(query), re.IGNORECASE)
-    except re.error as exc:
-        raise ToolError(f"Invalid regular expression: {exc}") from None
+    matches = _matcher(query, regex)
     limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
     found = _existing(context, path)
     if found is None:
@@ -336,18 +336,43 @@ def workspace_search(
     root, real = found
     files = [real] if real.is_file() else [p for p in _walk(real) if not p.is_dir()]
     results: list[str] = []
+    more = ""
     for file in files:
         remaining = limit - len(results)
         if remaining <= 0:
             break
-        results += _search_file(root, file, pattern, remaining)
+        try:
+            results += _search_file(root, file, matches, remaining)
+        except TimeoutError:
+            more = f" (the search ran out of time after {SEARCH_SECONDS:g} s; narrow it)"
+            break
     if not results:
-        return f"No matches for {query!r} in {_shown(root, real)}."
-    more = " (limit reached; narrow the search for more)" if len(results) >= limit else ""
+        return f"No matches for {query!r} in {_shown(root, real)}{more}."
+    if len(results) >= limit:
+        more = " (limit reached; narrow the search for more)"
     return "\n".join([f"{len(results)} matching lines{more}:", *results])
 
 
-def _search_file(root: Path, file: Path, pattern: re.Pattern[str], limit: int) -> list[str]:
+def _matcher(query: str, regex: bool) -> Callable[[str], bool]:
+    """Whether a line matches: a substring ignoring case, or a regular expression under
+    one deadline for the whole search (matching releases the GIL: the server's event
+    loop runs on while this tool's thread searches)."""
+    if not regex:
+        pattern = re.compile(re.escape(query), re.IGNORECASE)  # linear: no pattern syntax
+        return lambda line: pattern.search(line) is not None
+    try:
+        compiled = compile_pattern(query)
+    except PatternError as exc:
+        raise ToolError(f"Invalid regular expression: {exc}") from None
+    deadline = Deadline(SEARCH_SECONDS)
+
+    def matches(line: str) -> bool:
+        return compiled.search(line, timeout=deadline.seconds(), concurrent=True) is not None
+
+    return matches
+
+
+def _search_file(root: Path, file: Path, matches: Callable[[str], bool], limit: int) -> list[str]:
     real = Path(os.path.realpath(file))
     if real != root and not real.is_relative_to(root):
         return []  # a symlink pointing out of the workspace
@@ -365,7 +390,7 @@ def _search_file(root: Path, file: Path, pattern: re.Pattern[str], limit: int) -
         with _text(handle) as text:
             for number, raw in enumerate(text, start=1):
                 line = raw.rstrip("\r\n")
-                if pattern.search(line[:10_000]):
+                if matches(line[:10_000]):
                     found.append(f"{_shown(root, file)}:{number}: {line[:MAX_MATCH_LINE_CHARS]}")
                     if len(found) >= limit:
                         break

@@ -1,0 +1,197 @@
+"""Regular expressions that backtrack without end cannot stall the server (issue 17).
+
+``(a+)+$`` against 30 ``a`` s and a ``!`` takes Python's ``re`` minutes (10 s at 27, and
+each ``a`` doubles it), all of it holding the GIL. The ``regex`` module that Parley now
+uses answers that one at once, but not ``(a|aa)+$`` against 40 ``a`` s: there the
+deadline has to cut it short. Each place where a key holder, a model or the operator
+supplies a pattern is tried here, against a real server, while another thread keeps
+asking ``/health``: the answer must stay quick, and the request with the pattern must
+end.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from tests.conftest import server_config
+from tests.support.mock_openai import MockOpenAI
+from tests.support.server import ParleyServer
+
+CLASSIC = "(a+)+$"
+EVIL = "(a|aa)+$"
+VICTIM = "a" * 40 + "!"
+
+
+class HealthProbe:
+    """Asks ``/health`` every 50 ms on a thread of its own; ``worst`` is the slowest
+    answer, in seconds (a request that did not answer at all counts as its timeout)."""
+
+    def __init__(self, server: ParleyServer) -> None:
+        self._url = f"{server.url}/health"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.worst = 0.0
+        self.answers = 0
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.answers:  # probing, before the test's request goes out
+            assert time.monotonic() < deadline, "/health never answered"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as http:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    http.get(self._url).raise_for_status()
+                    self.answers += 1
+                except httpx.HTTPError:
+                    pass
+                self.worst = max(self.worst, time.monotonic() - started)
+                self._stop.wait(0.05)
+
+
+@pytest.fixture(scope="module")
+def server(
+    upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ParleyServer]:
+    data = tmp_path_factory.mktemp("backtracking")
+    config = server_config(upstream, tools={"default_tools": []})
+    with ParleyServer(data, config) as parley:
+        yield parley
+
+
+@pytest.fixture
+def client(server: ParleyServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=30) as c:
+        yield c
+
+
+def _assistant(server: ParleyServer, **fields: Any) -> str:
+    response = httpx.post(f"{server.url}/v1/assistants", json=fields, timeout=10)
+    assert response.status_code in (200, 201), response.text
+    name: str = response.json()["name"]
+    return name
+
+
+def _chat(client: openai.OpenAI, text: str, **extra: Any) -> str:
+    reply = client.chat.completions.create(
+        model="fast", messages=[{"role": "user", "content": text}], extra_body=extra
+    )
+    return reply.choices[0].message.content or ""
+
+
+def test_a_regex_rule_that_backtracks_is_cut_short(
+    server: ParleyServer, client: openai.OpenAI, upstream: MockOpenAI
+) -> None:
+    name = _assistant(
+        server,
+        name="backtracker",
+        regex_rules=[
+            {"pattern": CLASSIC, "replacement": "x", "roles": ["user", "assistant"]},
+            {"pattern": EVIL, "replacement": "x", "roles": ["user", "assistant"]},
+        ],
+    )
+    upstream.queue_text(VICTIM)
+
+    with HealthProbe(server) as probe:
+        started = time.monotonic()
+        answer = _chat(client, VICTIM, assistant=name)
+        took = time.monotonic() - started
+
+    assert answer == VICTIM  # the rule ran out of time and was skipped
+    assert took < 10
+    assert probe.worst < 1.0, f"/health waited {probe.worst:.1f} s"
+    assert "ran out of time and was skipped" in server.log()
+
+
+def test_a_lorebook_keyword_that_backtracks_does_not_match(
+    server: ParleyServer, client: openai.OpenAI, upstream: MockOpenAI
+) -> None:
+    lore = {"keywords": [EVIL], "use_regex": True, "content": "LORE"}
+    name = _assistant(server, name="lore", transformers={"lorebook": [lore]})
+    upstream.queue_text("fine")
+
+    with HealthProbe(server) as probe:
+        assert _chat(client, VICTIM, assistant=name) == "fine"
+
+    assert probe.worst < 1.0, f"/health waited {probe.worst:.1f} s"
+    sent = upstream.requests[-1]["messages"]
+    assert all("LORE" not in str(message.get("content")) for message in sent)
+
+
+def test_workspace_search_with_a_regex_that_backtracks_runs_out_of_time(
+    server: ParleyServer, client: openai.OpenAI, upstream: MockOpenAI
+) -> None:
+    lines = "\n".join([VICTIM] * 200)
+    upstream.queue_tool_calls([("w1", "workspace_write", _json(path="a.txt", content=lines))])
+    upstream.queue_tool_calls([("s1", "workspace_search", _json(query=EVIL, regex=True))])
+    upstream.queue_text("searched")
+
+    with HealthProbe(server) as probe:
+        started = time.monotonic()
+        answer = _chat(client, "search", tools=["workspace_write", "workspace_search"])
+        took = time.monotonic() - started
+
+    assert answer == "searched"
+    assert took < 15
+    assert probe.worst < 1.0, f"/health waited {probe.worst:.1f} s"
+    result = upstream.requests[-1]["messages"][-1]
+    assert result["role"] == "tool"
+    assert "ran out of time" in result["content"]
+
+
+def test_patterns_that_cost_too_much_to_compile_are_refused_when_saved(
+    server: ParleyServer,
+) -> None:
+    for pattern, why in [
+        ("((a{100}){100}){100}", "expand to 1,000,000 copies"),
+        ("a" * 1001, "at most 1000"),
+    ]:
+        started = time.monotonic()
+        response = httpx.post(
+            f"{server.url}/v1/assistants",
+            json={"name": "costly", "regex_rules": [{"pattern": pattern}]},
+            timeout=10,
+        )
+        assert time.monotonic() - started < 2
+        assert response.status_code == 400, response.text
+        assert why in response.text
+
+
+def _json(**fields: Any) -> str:
+    return json.dumps(fields)
+
+
+def test_an_operator_pattern_that_backtracks_fails_closed(
+    upstream: MockOpenAI, tmp_path: Path
+) -> None:
+    config = server_config(
+        upstream, interceptors={"sensitive": {"enabled": True, "patterns": [EVIL]}}
+    )
+    with ParleyServer(tmp_path / "sensitive", config) as parley, HealthProbe(parley) as probe:
+        client = openai.OpenAI(base_url=f"{parley.url}/v1", api_key="x", max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as caught:
+            _chat(client, VICTIM)
+        took = time.monotonic() - started
+
+    assert took < 5
+    assert probe.worst < 1.0, f"/health waited {probe.worst:.1f} s"
+    assert caught.value.status_code >= 400
+    assert upstream.requests == []  # nothing reached the model unchecked
