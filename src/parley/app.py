@@ -215,6 +215,9 @@ def create_app(settings: Settings) -> FastAPI:
         Admission,
         max_in_flight=settings.server.max_in_flight,
         max_loop_lag_ms=settings.server.max_loop_lag_ms,
+        max_in_flight_per_key=settings.server.max_in_flight_per_key,
+        max_body_bytes=settings.server.max_body_bytes,
+        body_timeout_seconds=settings.server.body_timeout_seconds,
     )
     app.include_router(home.router)
     app.include_router(chat.router)

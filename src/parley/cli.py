@@ -78,6 +78,7 @@ def serve(
 ) -> None:
     """Run the server."""
 
+    from parley.api.connections import protocol
     from parley.app import create_app
 
     settings = _settings(config)
@@ -108,7 +109,7 @@ def serve(
         port=settings.server.port,
         log_level=settings.server.log_level,
         loop="uvloop",
-        http="httptools",
+        http=protocol(settings.server.header_timeout_seconds),
         # Parley ends its own turns within the grace period; uvicorn waits a little longer.
         timeout_graceful_shutdown=int(settings.agent.shutdown_grace_seconds) + 5,
     )

@@ -124,6 +124,23 @@ class ServerSettings(_Section):
     max_in_flight: int = Field(
         default=2048, description="Chat requests in flight (streams count until done)."
     )
+    max_in_flight_per_key: int = Field(
+        default=512,
+        ge=1,
+        description="Chat requests in flight for one API key (keyless clients: one client "
+        "address), so that one key cannot take every slot; more get 429.",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection must send a request's headers within this; else closed.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A chat request's body must arrive within this (408); it is read before "
+        "the request counts as in flight.",
+    )
     max_loop_lag_ms: float = Field(
         default=100.0, description="Refuse new chat requests while the loop runs this late."
     )

@@ -1,23 +1,36 @@
-"""Admission control: beyond capacity, answer 503 at once instead of queueing.
+"""Admission control: beyond capacity, answer at once instead of queueing.
 
-Two limits guard the routes that start work (chat, tasks, and Parley's own MCP endpoint
-at ``/mcp``, whose tools search knowledge, memory and conversations): how many such
-requests may be in flight (a stream counts until it ends), and how late the event loop
-may run. The loop's lateness is the honest measure of a saturated single-process server:
-when a timer set for 50 ms fires much later, every stream is already slower than it
-should be, so new requests are turned away (503 with Retry-After) until the loop catches
-up. Requests already admitted keep their latency; refused ones cost microseconds.
+It guards the routes that start work (chat, tasks, and Parley's own MCP endpoint at
+``/mcp``, whose tools search knowledge, memory and conversations).
+
+- **The body first.** A guarded request's body is read whole, under
+  ``body_timeout_seconds`` (408 after it) and ``max_body_bytes`` (413), before the
+  request counts as in flight: a client sending one byte a second holds a connection,
+  never a slot that others need. Bodies being read are capped at ``max_in_flight`` too.
+- **In flight**, in all and per key: at most ``max_in_flight`` requests (a stream counts
+  until it ends; 503 beyond), and at most ``max_in_flight_per_key`` of them for one key
+  (the presented key's hash; keyless clients by address; 429 beyond), so one key holder
+  cannot take every slot. The same per-key cap holds for bodies being read.
+- **Loop lag.** How late the event loop runs is the honest measure of a saturated
+  single-process server: when a timer set for 50 ms fires much later, every stream is
+  already slower than it should be, so new requests are turned away (503 with
+  Retry-After) until the loop catches up.
+
+Requests already admitted keep their latency; refused ones cost microseconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parley.api.auth import hash_key, presented_key
 from parley.api.errors import error_response
-from parley.errors import Overloaded
+from parley.errors import Overloaded, ParleyError, PayloadTooLarge
 
 GUARDED = frozenset(
     {"/v1/chat/completions", "/chat/chat/completions", "/v1/tasks", "/mcp", "/mcp/"}
@@ -25,12 +38,33 @@ GUARDED = frozenset(
 _TICK = 0.05
 
 
+class RequestTimeout(ParleyError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class Admission:
-    def __init__(self, app: ASGIApp, *, max_in_flight: int, max_loop_lag_ms: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_in_flight: int,
+        max_loop_lag_ms: float,
+        max_in_flight_per_key: int | None = None,
+        max_body_bytes: int = 10 * 1024 * 1024,
+        body_timeout_seconds: float = 30.0,
+    ) -> None:
         self.app = app
         self.max_in_flight = max_in_flight
+        self.max_per_key = max_in_flight_per_key or max_in_flight
+        self.max_body = max_body_bytes
+        self.body_timeout = body_timeout_seconds
         self.max_lag = max_loop_lag_ms / 1000
         self.in_flight = 0
+        self.reading = 0
+        self.per_key: Counter[str] = Counter()
+        self.reading_per_key: Counter[str] = Counter()
         self.lag = 0.0
         self._monitor: asyncio.Task[None] | None = None
 
@@ -40,17 +74,64 @@ class Admission:
             return
         if self._monitor is None and self.max_lag > 0:
             self._monitor = asyncio.get_running_loop().create_task(self._watch_lag())
-        refusal = self._refusal(scope)
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            try:
+                body = await self._read_body(scope, receive)
+            except ParleyError as refused:
+                await _refuse(refused, scope, receive, send)
+                return
+            if body is None:  # the client left while sending it
+                return
+            receive = _replay(body, receive)
+        who = _bucket(scope)
+        refusal = self._refusal(scope, who)
         if refusal is not None:
             await error_response(refusal)(scope, receive, send)
             return
         self.in_flight += 1
+        self.per_key[who] += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            _release(self.per_key, who)
 
-    def _refusal(self, scope: Scope) -> Overloaded | None:
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when the client disconnected; raises the refusal."""
+        declared = HTTPConnection(scope).headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            raise PayloadTooLarge(f"request body larger than {self.max_body} bytes")
+        who = _bucket(scope)
+        if self.reading >= self.max_in_flight:
+            raise Overloaded("too many request bodies arriving; try again shortly", retry_after=1)
+        if self.reading_per_key[who] >= self.max_per_key:
+            raise _per_key(self.max_per_key, "request bodies arriving")
+        self.reading += 1
+        self.reading_per_key[who] += 1
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body:
+                        raise PayloadTooLarge(f"request body larger than {self.max_body} bytes")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request body did not arrive within {self.body_timeout:g} s"
+            ) from None
+        finally:
+            self.reading -= 1
+            _release(self.reading_per_key, who)
+
+    def _refusal(self, scope: Scope, who: str) -> Overloaded | None:
         # Generations whose client left keep running (on_disconnect: continue): they
         # count too, or connecting and leaving in a loop would start unbounded work.
         state = getattr(scope["app"].state, "parley", None) if "app" in scope else None
@@ -60,6 +141,8 @@ class Admission:
                 f"too many requests in flight ({self.max_in_flight}); try again shortly",
                 retry_after=1,
             )
+        if self.per_key[who] >= self.max_per_key:
+            return _per_key(self.max_per_key, "requests in flight")
         if self.max_lag and self.lag > self.max_lag:
             # A lag that lasts, not a burst: opening a thousand streams at once makes the
             # loop late for a moment, and those streams should still be served.
@@ -76,3 +159,55 @@ class Admission:
             await asyncio.sleep(_TICK)
             late = max(0.0, time.perf_counter() - due)
             self.lag = 0.7 * self.lag + 0.3 * late
+
+
+def _per_key(limit: int, what: str) -> Overloaded:
+    error = Overloaded(
+        f"this key has {limit} {what}, its most; try again when one ends",
+        retry_after=1,
+        code="too_many_in_flight",
+    )
+    error.status, error.type = 429, "rate_limit_error"
+    return error
+
+
+def _release(counts: Counter[str], who: str) -> None:
+    counts[who] -= 1
+    if counts[who] <= 0:
+        del counts[who]
+
+
+def _bucket(scope: Scope) -> str:
+    """Whose in-flight count a request adds to: the presented key (hashed), or for a
+    request without one, the client's address."""
+    connection = HTTPConnection(scope)
+    key = presented_key(connection)
+    if key:
+        return "key:" + hash_key(key)
+    return "client:" + (connection.client.host if connection.client else "")
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body read already, then whatever the client sends next
+    (its disconnect, which streaming responses watch for)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _refuse(refusal: ParleyError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer ``refusal`` and close the connection: the rest of the body is not read."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message["headers"], (b"connection", b"close")]}
+        await send(message)
+
+    await error_response(refusal)(scope, receive, closing)
