@@ -127,8 +127,8 @@ class ServerSettings(_Section):
     max_in_flight_per_key: int = Field(
         default=512,
         ge=1,
-        description="Chat requests in flight for one API key (keyless clients: one client "
-        "address), so that one key cannot take every slot; more get 429.",
+        description="Chat requests in flight for one API key, so that one key cannot take "
+        "every slot; more get 429 (keyless loopback use has only the overall limit).",
     )
     header_timeout_seconds: float = Field(
         default=10.0,

@@ -9,7 +9,7 @@ It guards the routes that start work (chat, tasks, and Parley's own MCP endpoint
   never a slot that others need. Bodies being read are capped at ``max_in_flight`` too.
 - **In flight**, in all and per key: at most ``max_in_flight`` requests (a stream counts
   until it ends; 503 beyond), and at most ``max_in_flight_per_key`` of them for one key
-  (the presented key's hash; keyless clients by address; 429 beyond), so one key holder
+  (by the presented key's hash; 429 beyond), so one key holder
   cannot take every slot. The same per-key cap holds for bodies being read.
 - **Loop lag.** How late the event loop runs is the honest measure of a saturated
   single-process server: when a timer set for 50 ms fires much later, every stream is
@@ -104,7 +104,7 @@ class Admission:
         who = _bucket(scope)
         if self.reading >= self.max_in_flight:
             raise Overloaded("too many request bodies arriving; try again shortly", retry_after=1)
-        if self.reading_per_key[who] >= self.max_per_key:
+        if who and self.reading_per_key[who] >= self.max_per_key:
             raise _per_key(self.max_per_key, "request bodies arriving")
         self.reading += 1
         self.reading_per_key[who] += 1
@@ -141,7 +141,7 @@ class Admission:
                 f"too many requests in flight ({self.max_in_flight}); try again shortly",
                 retry_after=1,
             )
-        if self.per_key[who] >= self.max_per_key:
+        if who and self.per_key[who] >= self.max_per_key:
             return _per_key(self.max_per_key, "requests in flight")
         if self.max_lag and self.lag > self.max_lag:
             # A lag that lasts, not a burst: opening a thousand streams at once makes the
@@ -178,13 +178,10 @@ def _release(counts: Counter[str], who: str) -> None:
 
 
 def _bucket(scope: Scope) -> str:
-    """Whose in-flight count a request adds to: the presented key (hashed), or for a
-    request without one, the client's address."""
-    connection = HTTPConnection(scope)
-    key = presented_key(connection)
-    if key:
-        return "key:" + hash_key(key)
-    return "client:" + (connection.client.host if connection.client else "")
+    """Whose in-flight count a request adds to: the presented key, hashed ("" without
+    one: keyless access exists only while no key does, for the machine's one user)."""
+    key = presented_key(HTTPConnection(scope))
+    return hash_key(key) if key else ""
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
