@@ -71,6 +71,9 @@ class TurnRecord:
     resume: tuple[Part, ...] | None = None
     """Carrying on the paused reply ``message_id``: its parts with the decisions applied
     (nothing new is inserted)."""
+    claim: bool = False
+    """The conversation is created under an id the client made: written (and so the id
+    claimed) before the model is called, not while it is."""
 
 
 class _ClientGone(Exception):
@@ -218,6 +221,9 @@ class Generation:
         done: Done | None = None
         error: ParleyError | None = None
         try:
+            if self._record is not None and self._record.claim:
+                await asyncio.shield(saved)
+                saved_ok = True
             if self._shape is not None:
                 await self._emit(Status("preparing", "the request"))
                 outgoing = await self._shape()
