@@ -209,6 +209,9 @@ def create_app(settings: Settings) -> FastAPI:
         description="A self-hosted agentic chat server with an OpenAI-compatible API.",
         lifespan=lifespan,
         static_url="/docs-assets",
+        # no 307 to the path without its slash: answered before authentication, it
+        # echoed the request's Host header in Location
+        redirect_slashes=False,
     )
     errors.install(app)
     app.add_middleware(

@@ -79,6 +79,7 @@ def serve(
     """Run the server."""
 
     from parley.api.connections import protocol
+    from parley.api.logs import SecretQueryFilter
     from parley.app import create_app
 
     settings = _settings(config)
@@ -113,6 +114,8 @@ def serve(
         # Parley ends its own turns within the grace period; uvicorn waits a little longer.
         timeout_graceful_shutdown=int(settings.agent.shutdown_grace_seconds) + 5,
     )
+    # after uvicorn.Config, which configures its loggers
+    logging.getLogger("uvicorn.access").addFilter(SecretQueryFilter())
     _Server(server_config, settings.agent.shutdown_grace_seconds).run()
 
 

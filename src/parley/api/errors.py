@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from parley.api.sse import error_body
@@ -72,6 +73,13 @@ def install(app: FastAPI) -> None:
         error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         error.code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         return error_response(error)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _exc: ClientDisconnect) -> Response:
+        # the client left while sending its body: nobody reads an answer, and it is
+        # not a server fault worth a traceback
+        log.info("%s %s: the client left while sending the body", request.method, request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def _crash(_request: Request, exc: Exception) -> Response:
