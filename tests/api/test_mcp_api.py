@@ -7,6 +7,9 @@ Every stdio server here runs ``STARTER``, which touches a marker file and then b
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +22,9 @@ from tests.mcp import servers
 from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
 
-from parley.api.mcp import ServerUpdate
-from parley.mcp.settings import McpServerSettings
+from parley.api.mcp import ServerUpdate, check_admissible, check_reachable
+from parley.errors import PermissionDenied
+from parley.mcp.settings import McpServerSettings, McpSettings
 
 SERVER_SCRIPT = str(Path(servers.__file__))
 STARTER = """\
@@ -53,6 +57,7 @@ def server(
 ) -> Iterator[ParleyServer]:
     mcp = {
         "stdio_allowlist": [sys.executable],
+        "url_allow_hosts": ["127.0.0.1/32"],  # the tests' own servers; nothing else private
         "servers": {
             "configured": _stdio(folder, "configured.started", env={"TOKEN": CONFIG_ENV}),
             "remote": {"url": "http://127.0.0.1:9/mcp", "bearer_token": CONFIG_TOKEN},
@@ -457,3 +462,67 @@ def test_tools_of_a_server_that_cannot_answer(admin: httpx.Client, alice: httpx.
 
 def test_a_patch_may_send_every_setting() -> None:
     assert set(ServerUpdate.model_fields) == set(McpServerSettings.model_fields)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://metadata.google.internal/mcp",
+        "http://[::1]:9/mcp",
+        "http://localhost:9/mcp",
+        "http://10.0.0.5/mcp",
+        "http://167772165/mcp",  # 10.0.0.5, spelled as a number
+        "http://[::ffff:10.0.0.5]/mcp",
+        "http://127.0.0.2:9/mcp",  # loopback, but not the allowed 127.0.0.1/32
+    ],
+)
+def test_a_server_at_a_private_address_needs_the_operators_allowlist(
+    admin: httpx.Client, url: str
+) -> None:
+    error = api_error(admin.post("/mcp/servers", json={"name": "inside", "url": url}), 403)
+    assert error["code"] == "url_not_allowed"
+    assert "mcp.url_allow_hosts" in error["message"]
+    imported = admin.post("/mcp/servers/import", json={"mcpServers": {"inside": {"url": url}}})
+    assert imported.json()["created"] == []
+    assert "mcp.url_allow_hosts" in imported.json()["skipped"][0]["reason"]
+    assert admin.get("/mcp/servers/inside").status_code == 404
+
+
+def test_a_name_that_resolves_to_a_private_address_is_refused_too() -> None:
+    """This machine's own name resolves (through /etc/hosts, usually) to a loopback or
+    private address: refused like the address, without mcp.url_allow_hosts."""
+    name = socket.gethostname()
+    addresses = {info[4][0] for info in socket.getaddrinfo(name, 9)}
+    if not all(ipaddress.ip_address(a).is_private for a in addresses):
+        pytest.skip(f"{name} resolves to a public address here: {addresses}")
+    settings = McpServerSettings(url=f"http://{name}:9/mcp")
+
+    with pytest.raises(PermissionDenied) as refused:
+        asyncio.run(check_reachable(settings, McpSettings()))
+    assert refused.value.code == "url_not_allowed"
+    asyncio.run(check_reachable(settings, McpSettings(url_allow_hosts=[name])))  # allowed
+
+
+def test_an_allowlist_entry_may_fix_the_arguments(tmp_path: Path) -> None:
+    script = str(tmp_path / "server.py")
+    allow = McpSettings(stdio_allowlist=[f"{sys.executable} {script}", "npx -y @scope/server-*"])
+
+    def check(command: str, *args: str) -> None:
+        check_admissible(McpServerSettings(command=command, args=list(args)), allow)
+
+    check(sys.executable, script)
+    check("npx", "-y", "@scope/server-files")
+    for command, args in [
+        (sys.executable, ["-c", "import os; os.system('id')"]),  # an interpreter's escape
+        (sys.executable, [script, "--extra"]),
+        (sys.executable, []),
+        ("npx", ["-y", "@evil/server-files"]),
+    ]:
+        with pytest.raises(PermissionDenied) as refused:
+            check(command, *args)
+        assert refused.value.code == "command_not_allowed"
+    check_admissible(
+        McpServerSettings(command=sys.executable, args=["-c", "print(1)"]),
+        McpSettings(stdio_allowlist=[sys.executable]),  # alone: any arguments, as documented
+    )

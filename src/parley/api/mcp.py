@@ -75,6 +75,7 @@ from parley.mcp.settings import (
     check_server_name,
 )
 from parley.store.mcp_servers import McpServerStore, stored_config
+from parley.tools.netguard import AddressGuard, BlockedAddress, FetchError
 
 router = APIRouter(tags=["mcp"])
 
@@ -263,15 +264,16 @@ def check_admissible(settings: McpServerSettings, mcp: McpSettings) -> None:
             code="mcp_server_refused",
         )
     if settings.kind != "stdio":
+        _check_url(settings.url or "", mcp)
         return  # no process: env is checked if the server is ever switched to stdio
     command = settings.command or ""
     allowlist = mcp.stdio_allowlist
-    if not allowed_command(command, allowlist):
+    if not allowed_command(command, settings.args, allowlist):
         if allowlist:
             allowed = ", ".join(repr(entry) for entry in allowlist)
             message = (
-                f"command {command!r} is not on mcp.stdio_allowlist; the commands allowed "
-                f"are {allowed}"
+                f"command {command!r} with these arguments is not on mcp.stdio_allowlist; "
+                f"the entries are {allowed}"
             )
         else:
             message = (
@@ -281,6 +283,37 @@ def check_admissible(settings: McpServerSettings, mcp: McpSettings) -> None:
             )
         raise PermissionDenied(message, param="command", code="command_not_allowed")
     _check_env(settings.env, mcp.stdio_env_allowlist)
+
+
+def _check_url(url: str, mcp: McpSettings) -> None:
+    """Refuse a URL that names a private, local or metadata address (by what it says:
+    ``check_reachable`` resolves names too)."""
+    try:
+        AddressGuard(mcp.url_allow_hosts).check_url(url)
+    except FetchError as exc:
+        raise _url_refused(exc) from None
+
+
+async def check_reachable(settings: McpServerSettings, mcp: McpSettings) -> None:
+    """At save time, a name is resolved too: one that resolves to a refused address is
+    refused like the address (403)."""
+    if settings.kind == "stdio" or not settings.url:
+        return
+    try:
+        await AddressGuard(mcp.url_allow_hosts).resolve(settings.url)
+    except BlockedAddress as exc:
+        raise _url_refused(exc) from None
+    except FetchError:
+        return  # not resolvable now: the connection will say so
+
+
+def _url_refused(exc: FetchError) -> PermissionDenied:
+    return PermissionDenied(
+        f"{exc}; an MCP server added over the API may be at a private address only when "
+        "mcp.url_allow_hosts lists it (in the config file)",
+        param="url",
+        code="url_not_allowed",
+    )
 
 
 def refused_env(name: str) -> bool:
@@ -394,6 +427,7 @@ async def create_server(state: AdminState, body: ServerCreate) -> dict[str, Any]
         raise _in_config(body.name)
     settings = body.server_settings()
     check_admissible(settings, state.mcp.settings)
+    await check_reachable(settings, state.mcp.settings)
     await _store(state).create(body.name, settings)
     await state.mcp.reload()
     return _view(state, body.name, admin=True)
@@ -430,6 +464,7 @@ async def import_servers(
             continue
         try:
             check_admissible(settings, state.mcp.settings)
+            await check_reachable(settings, state.mcp.settings)
             await store.create(name, settings)
             created.append(name)
         except Conflict:
@@ -476,6 +511,7 @@ async def update_server(state: AdminState, name: str, body: ServerUpdate) -> dic
         ) from None
     settings = _merged(current.settings, body)
     check_admissible(settings, state.mcp.settings)
+    await check_reachable(settings, state.mcp.settings)
     try:
         await store.update(name, settings)
     except LookupError:

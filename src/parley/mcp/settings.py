@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -127,8 +130,17 @@ class McpSettings(_Section):
     )
     stdio_allowlist: list[str] = Field(
         default_factory=list,
-        description="Commands a stdio server added over the admin API may run (a bare "
-        "name or a full path); servers in this file are not limited.",
+        description="Commands a stdio server added over the admin API may run: a bare "
+        "name or a full path, alone (any arguments: an interpreter alone runs any code "
+        "given with -c) or followed by its arguments, each a glob "
+        "('npx -y @modelcontextprotocol/server-*'); servers in this file are not limited.",
+    )
+    url_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Private hosts and networks an HTTP or SSE server added over the admin "
+        "API may be at (names, *.suffix, CIDR; as tools.web_fetch.allow_hosts): loopback, "
+        "private, link-local and metadata addresses are refused otherwise. Servers in this "
+        "file are not limited.",
     )
     stdio_env_allowlist: list[str] | None = Field(
         default=None,
@@ -170,8 +182,25 @@ def check_server_name(name: str) -> str:
     return name
 
 
-def allowed_command(command: str, allowlist: list[str]) -> bool:
-    """Whether ``command`` is on the allowlist, exactly: a bare name allows that name as
-    PATH finds it, a full path allows that path. The allowlist vets the program, not its
-    arguments: list only programs an admin may run with any arguments."""
-    return command in allowlist
+def allowed_command(command: str, args: Sequence[str], allowlist: list[str]) -> bool:
+    """Whether ``command`` with ``args`` is on the allowlist.
+
+    An entry is a command (a bare name as PATH finds it, or a full path), alone or
+    followed by its arguments (shell-quoted; each may be a glob). A command alone allows
+    any arguments: list an interpreter (``python3``, ``node``, ``npx``, ``uvx``) that way
+    and an admin key runs any code through ``-c``; give its arguments instead, as in
+    ``npx -y @modelcontextprotocol/server-*`` or ``python3 /opt/mcp/files.py``.
+    """
+    for entry in allowlist:
+        try:
+            words = shlex.split(entry)
+        except ValueError:
+            continue
+        if not words or words[0] != command:
+            continue
+        patterns = words[1:]
+        if not patterns:
+            return True
+        if len(patterns) == len(args) and all(map(fnmatchcase, args, patterns)):
+            return True
+    return False

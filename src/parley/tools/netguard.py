@@ -278,6 +278,16 @@ class AddressGuard:
 
     async def resolve(self, url: str | httpx.URL) -> Target:
         """Check ``url`` and resolve its host once; raises BlockedAddress or FetchError."""
+        parsed, host, port, target = self.check_url(url)
+        if target is not None:
+            return target
+        return await self._resolve_name(parsed, host, port, _shown(parsed))
+
+    def check_url(self, url: str | httpx.URL) -> tuple[httpx.URL, str, int, Target | None]:
+        """What ``url`` says of itself, checked without DNS: raises BlockedAddress for an
+        address or a local or metadata name that is refused. Returns the parsed URL, its
+        host and port, and the Target when the host is an IP literal (None: a name that
+        still has to be resolved)."""
         parsed = _parse_url(url)
         shown = _shown(parsed)
         host = parsed.raw_host.decode("ascii").lower()
@@ -293,16 +303,16 @@ class AddressGuard:
             if reason is not None:
                 raise BlockedAddress(f"Refused {shown}: {literal} is {reason}")
             allowed_by = self.allowing(literal) or self.allowing(address)
-            return Target(parsed, str(address), port, (address,), allowed_by)
-        return await self._resolve_name(parsed, host, port, shown)
-
-    async def _resolve_name(self, url: httpx.URL, host: str, port: int, shown: str) -> Target:
-        allowed_by = self.allowing_name(host)
-        if allowed_by is None:
+            return parsed, host, port, Target(parsed, str(address), port, (address,), allowed_by)
+        if self.allowing_name(host) is None:
             if host in METADATA_NAMES:
                 raise BlockedAddress(f"Refused {shown}: {host} is a cloud metadata host")
             if host == "localhost" or host.endswith(_BLOCKED_NAME_SUFFIXES):
                 raise BlockedAddress(f"Refused {shown}: {host} is a local host name")
+        return parsed, host, port, None
+
+    async def _resolve_name(self, url: httpx.URL, host: str, port: int, shown: str) -> Target:
+        allowed_by = self.allowing_name(host)
         try:
             answers = await self._resolve(host, port)
         except OSError as exc:
