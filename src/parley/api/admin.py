@@ -32,9 +32,15 @@ async def list_audit(
     name: str | None = Query(default=None, max_length=256),
     conversation_id: str | None = Query(default=None, max_length=64),
     owner: str | None = Query(default=None, max_length=200, description="Admins only."),
-    since: float | None = Query(default=None, description="Unix time, inclusive."),
-    until: float | None = Query(default=None, description="Unix time, exclusive."),
-    before_id: int | None = Query(default=None, ge=1, description="The next page."),
+    since: float | None = Query(
+        default=None, ge=0, le=1e11, allow_inf_nan=False, description="Unix time, inclusive."
+    ),
+    until: float | None = Query(
+        default=None, ge=0, le=1e11, allow_inf_nan=False, description="Unix time, exclusive."
+    ),
+    before_id: int | None = Query(
+        default=None, ge=1, le=2**63 - 1, description="The next page (a row id)."
+    ),
     limit: int = Query(default=100, ge=1, le=1000),
 ) -> dict[str, Any]:
     """Audit rows: one per model call, tool call and content detection."""

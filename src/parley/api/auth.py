@@ -23,7 +23,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
 
 from parley.errors import AuthenticationFailed, PermissionDenied
 from parley.identity import LOCAL_CALLER, Caller
@@ -128,3 +128,10 @@ class Authenticator:
                 "this needs an admin key (`parley keys create --admin`)", code="admin_required"
             )
         return caller
+
+
+async def authenticated(request: Request) -> None:
+    """A route dependency: the request is refused (401, 403) unless its caller is known,
+    before FastAPI reads or validates its body. Routes still ask ``caller`` for who it is
+    (the key table is cached: a second lookup is a dictionary's)."""
+    await request.app.state.parley.auth.caller(request)

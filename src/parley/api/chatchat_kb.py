@@ -177,7 +177,7 @@ class InfoBody(BaseModel):
 class SearchBody(BaseModel):
     query: str = Field(default="", max_length=20_000)
     knowledge_base_name: str = Field(max_length=1_000)
-    top_k: int = Field(default=VECTOR_SEARCH_TOP_K, ge=0)
+    top_k: int = Field(default=VECTOR_SEARCH_TOP_K, ge=0, le=1_000)
     score_threshold: float = Field(default=SCORE_THRESHOLD, ge=0.0, le=MAX_SCORE)
     file_name: str = Field(default="", max_length=MAX_FILE_NAME)
     metadata: dict[str, Any] = Field(default_factory=dict)
