@@ -135,17 +135,24 @@ def test_keys_and_owners(keyed: ParleyServer, upstream: MockOpenAI):
         f"{url}/conversations/{conversation_id}", json={"title": "mine"}, headers=bob_headers
     )
     assert renamed.status_code == 404
-    chatchat = httpx.post(
-        f"{keyed.url}/chat/chat/completions",
-        json={"messages": HELLO, "conversation_id": conversation_id},
-        headers=bob_headers,
-    )
-    assert chatchat.status_code == 404
     with pytest.raises(openai.NotFoundError):
         bob.chat.completions.create(
             model="fast", messages=HELLO, extra_body={"conversation_id": conversation_id}
         )
     assert httpx.get(f"{url}/conversations", headers=bob_headers).json()["data"] == []
+    # Chatchat's ids are the client's: alice's id names a new conversation of bob's, as a
+    # free id would (tests/api/test_chatchat_ids.py)
+    upstream.queue_text("hi bob")
+    chatchat = httpx.post(
+        f"{keyed.url}/chat/chat/completions",
+        json={"messages": HELLO, "conversation_id": conversation_id},
+        headers=bob_headers,
+    )
+    assert chatchat.status_code == 200
+    assert upstream.requests[-1]["messages"] == HELLO  # nothing of alice's
+    bobs = [c["id"] for c in httpx.get(f"{url}/conversations", headers=bob_headers).json()["data"]]
+    assert bobs == [chatchat.json()["parley"]["conversation_id"]]
+    assert conversation_id not in bobs
     alice_headers = {"x-api-key": alice_key}
     listed = httpx.get(f"{url}/conversations", headers=alice_headers).json()["data"]
     assert [c["id"] for c in listed] == [conversation_id]
