@@ -42,7 +42,7 @@ from parley.api import (
 from parley.api import knowledge as knowledge_api
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
-from parley.api.auth import Authenticator, authenticated
+from parley.api.auth import Authenticator, RevocationWatcher, authenticated
 from parley.api.mcp import check_admissible
 from parley.api.state import AppState
 from parley.conversations.outgoing import OutgoingBuilder
@@ -150,13 +150,17 @@ def create_app(settings: Settings) -> FastAPI:
             citations=citations,
             mcp=mcp,
         )
+        auth = Authenticator(
+            keys,
+            settings.data_dir,
+            allow_loopback_without_keys=settings.auth.allow_loopback_without_keys,
+        )
+        revocations = RevocationWatcher(
+            keys, auth, service.end_for_keys, settings.auth.revocation_check_seconds
+        )
         app.state.parley = AppState(
             settings=settings,
-            auth=Authenticator(
-                keys,
-                settings.data_dir,
-                allow_loopback_without_keys=settings.auth.allow_loopback_without_keys,
-            ),
+            auth=auth,
             service=service,
             conversations=conversation_store,
             keys=keys,
@@ -183,6 +187,7 @@ def create_app(settings: Settings) -> FastAPI:
         gc.collect()
         gc.freeze()
         pacer = asyncio.create_task(pace_garbage_collection())
+        watcher = asyncio.create_task(revocations.run())
         try:
             if mcp_endpoint is None:
                 yield
@@ -191,6 +196,7 @@ def create_app(settings: Settings) -> FastAPI:
                     yield
         finally:
             pacer.cancel()
+            watcher.cancel()
             await service.shutdown(settings.agent.shutdown_grace_seconds)
             await mcp.close()  # after the generations: stdio servers are stopped
             if knowledge is not None:

@@ -289,6 +289,13 @@ class ModelPrice(_Section):
 
 class AuthSettings(_Section):
     allow_loopback_without_keys: bool = True
+    revocation_check_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often every instance looks for revoked keys: their running "
+        "replies end (saved as interrupted, the client told) and their next request fails.",
+    )
 
 
 class DatabaseSettings(_Section):

@@ -16,18 +16,25 @@ a created or revoked key counts from the next request on.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
+import logging
 import os
 import secrets
+import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection, Request
 
 from parley.errors import AuthenticationFailed, PermissionDenied
 from parley.identity import LOCAL_CALLER, Caller
 from parley.store.repository import KeyStore
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "sk-parley-"
 MARKER = "keys.changed"
@@ -89,6 +96,10 @@ class Authenticator:
             self._stamp = stamp
         return self._active
 
+    def forget(self) -> None:
+        """Read the keys again on the next request (a revocation seen elsewhere)."""
+        self._active = None
+
     async def owner(self, connection: HTTPConnection) -> str:
         return (await self.caller(connection)).owner
 
@@ -135,3 +146,46 @@ async def authenticated(request: Request) -> None:
     before FastAPI reads or validates its body. Routes still ask ``caller`` for who it is
     (the key table is cached: a second lookup is a dictionary's)."""
     await request.app.state.parley.auth.caller(request)
+
+
+class RevocationWatcher:
+    """Looks for keys revoked since it last looked, every ``every`` seconds, in the
+    database every instance shares: the authenticator forgets its keys, and the running
+    replies of those keys end (``end`` says how many did)."""
+
+    def __init__(
+        self,
+        keys: KeyStore,
+        auth: Authenticator,
+        end: Callable[[set[str]], int],
+        every: float,
+    ) -> None:
+        self._keys = keys
+        self._auth = auth
+        self._end = end
+        self._every = every
+        self._since = time.time()
+        self._seen: set[str] = set()  # revoked at exactly ``_since``: handled already
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._every)
+            try:
+                await self.check()
+            except SQLAlchemyError as exc:
+                log.warning("could not look for revoked keys: %s", exc)
+
+    async def check(self) -> None:
+        revoked, latest = await self._keys.revoked_since(self._since)
+        fresh = revoked - self._seen
+        if latest > self._since:
+            self._since, self._seen = latest, set()
+        self._seen |= revoked
+        if not fresh:
+            return
+        self._auth.forget()
+        ended = self._end(fresh)
+        if ended:
+            log.info(
+                "%d running repl%s of a revoked key ended", ended, "y" if ended == 1 else "ies"
+            )

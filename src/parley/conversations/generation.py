@@ -96,6 +96,8 @@ class Generation:
     ) -> None:
         self.conversation_id = request.conversation_id
         self.message_id = request.message_id
+        self.key_id = request.caller.key_id if request.caller is not None else None
+        """The API key the reply is for: its revocation ends the reply."""
         self.model: ResolvedModel = request.models[0]
         self.created = int(time.time())
         self.turn = TurnState()

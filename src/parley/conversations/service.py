@@ -42,7 +42,7 @@ from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
 from parley.conversations.turn_tools import TurnTools
 from parley.conversations.turns import ChatTurn
-from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError
+from parley.errors import AuthenticationFailed, InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
 from parley.ids import client_conversation_id, new_id
 from parley.interceptors.chain import InterceptorChain
@@ -175,6 +175,18 @@ class ConversationService:
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
         if left:
             await asyncio.wait([asyncio.ensure_future(g.wait()) for g in left], timeout=5)
+
+    def end_for_keys(self, key_ids: set[str]) -> int:
+        """End the running replies of these (revoked) keys: saved as interrupted, their
+        clients told. Returns how many were ended."""
+        ended = [g for g in self._running if g.key_id in key_ids]
+        for generation in ended:
+            generation.abort(
+                AuthenticationFailed(
+                    "the API key of this request was revoked", code="api_key_revoked"
+                )
+            )
+        return len(ended)
 
     async def prepare(self, turn: ChatTurn) -> Generation:
         """Check the turn, resolve its model and history; nothing is written yet.

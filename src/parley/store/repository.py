@@ -483,6 +483,18 @@ class KeyStore:
 
         return await self._db.write(transaction)
 
+    async def revoked_since(self, since: float) -> tuple[set[str], float]:
+        """Ids of the keys revoked at ``since`` or later, and the latest revocation time
+        seen (``since`` when there is none), for the next call."""
+
+        def query(conn: Connection) -> tuple[set[str], float]:
+            rows = conn.execute(
+                select(api_keys.c.id, api_keys.c.revoked_at).where(api_keys.c.revoked_at >= since)
+            ).all()
+            return {row.id for row in rows}, max((row.revoked_at for row in rows), default=since)
+
+        return await self._db.read(query)
+
     async def active(self) -> dict[str, Caller]:
         """Every active key: hash -> who it makes the caller."""
 
