@@ -161,3 +161,18 @@ def test_a_cpu_without_avx2_is_told_what_the_portable_build_needs(tmp_path: Path
     assert finding.status == "warn"
     assert finding.detail.startswith("Old CPU: avx")
     assert "lacks avx2, fma, f16c, bmi2" in finding.detail
+
+
+def test_the_shell_sandbox_is_checked_when_the_shell_is_on(tmp_path: Path) -> None:
+    base = {
+        "providers": [_local(tmp_path, "local", "scripted.gguf")],
+        "knowledge": {"embedder": "none"},
+    }
+    missing = {"enabled": True, "bubblewrap": str(tmp_path / "no-bwrap")}
+    code, found = doctor(tmp_path, {**base, "tools": {"shell": missing}})
+
+    assert code == 1
+    assert found["shell sandbox"].status == "fail"
+    assert "apt-get install bubblewrap" in found["shell sandbox"].detail
+    _, off = doctor(tmp_path, base)
+    assert "shell sandbox" not in off

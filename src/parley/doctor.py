@@ -62,6 +62,8 @@ async def diagnose(settings: Settings) -> list[Finding]:
         if p.kind == "local"
     ]
     findings.append(await database_finding(settings))
+    if settings.tools.shell.enabled:
+        findings.append(await sandbox_finding(settings))
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=5.0)) as client:
         findings.append(await embedder_finding(settings, client))
         for config in providers:
@@ -159,6 +161,26 @@ async def _tokens_per_second(provider: LocalProvider) -> float:
     if started is None or tokens < 2:
         return 0.0
     return (tokens - 1) / max(time.perf_counter() - started, 1e-6)
+
+
+async def sandbox_finding(settings: Settings) -> Finding:
+    """The shell tool's bubblewrap sandbox (checked only when the shell is on)."""
+    from parley.sandbox import SandboxUnavailable, make_sandbox
+
+    shell = settings.tools.shell
+    if shell.unsafe_without_sandbox:
+        return Finding(
+            "shell sandbox",
+            "warn",
+            "off: tools.shell.unsafe_without_sandbox runs commands with the server's rights",
+            "install bubblewrap and remove unsafe_without_sandbox",
+        )
+    try:
+        sandbox = await make_sandbox(shell.bubblewrap, network=shell.network)
+    except SandboxUnavailable as exc:
+        return Finding("shell sandbox", "fail", str(exc), "the shell refuses to run until then")
+    network = "with the network" if shell.network else "without network"
+    return Finding("shell sandbox", "ok", f"bubblewrap at {sandbox.program}, {network}")
 
 
 async def database_finding(settings: Settings) -> Finding:

@@ -4,7 +4,8 @@ A child runs in a new session (its own process group), which is killed whole whe
 times out, is cancelled, or exits leaving background processes behind. ``run_shell``
 adds ``/bin/sh -c`` in a folder with a minimal environment (none of the server's
 variables, so no keys), CPU, memory, file-size and process limits, and output captured
-up to a cap (head and tail kept).
+up to a cap (head and tail kept); with a ``Sandbox`` (``sandbox.py``) the shell runs
+inside bubblewrap, which sees only the folder.
 
 What does not belong here: what may be run (the shell tool's and the hooks' settings).
 """
@@ -19,8 +20,10 @@ import resource
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from parley.sandbox import Sandbox
 
 SHELL_PATH = "/usr/local/bin:/usr/bin:/bin"
 SHELL_MAX_FILE_BYTES = 100 * 1024 * 1024
@@ -54,18 +57,26 @@ class ShellResult:
 
 
 async def run_shell(
-    command: str, *, cwd: Path, timeout_seconds: float, max_output_chars: int, max_memory_mb: int
+    command: str,
+    *,
+    cwd: Path,
+    timeout_seconds: float,
+    max_output_chars: int,
+    max_memory_mb: int,
+    sandbox: Sandbox | None = None,
 ) -> ShellResult:
-    """Run ``command`` with ``/bin/sh -c`` under limits; the process group dies after it."""
+    """Run ``command`` with ``/bin/sh -c`` under limits (inside ``sandbox`` when given,
+    with ``cwd`` as its /workspace); the process group dies after it."""
     env = {"PATH": SHELL_PATH, "HOME": str(cwd), "LANG": "C.UTF-8", "TERM": "dumb"}
+    argv = ["/bin/sh", "-c", command]
+    if sandbox is not None:
+        argv = replace(sandbox, env={**env, **sandbox.env}).wrap(argv, cwd)
     limits = _limits(max_memory_mb, timeout_seconds, await asyncio.to_thread(_user_task_count))
     capture = _Capture(max_output_chars)
     started = time.monotonic()
     spawn = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            command,
+            *argv,
             cwd=cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -97,7 +108,10 @@ async def run_shell(
         done, _ = await asyncio.wait({reader}, timeout=2.0)
         if not done:
             reader.cancel()  # a process that left the group still holds the pipe
-    return ShellResult(process.returncode, timed_out, capture.text(), time.monotonic() - started)
+    returncode = process.returncode
+    if sandbox is not None and returncode is not None and 128 < returncode < 160:
+        returncode = 128 - returncode  # bubblewrap exits 128 + N when N killed its child
+    return ShellResult(returncode, timed_out, capture.text(), time.monotonic() - started)
 
 
 async def wait_exited(process: asyncio.subprocess.Process, seconds: float) -> bool:

@@ -246,6 +246,18 @@ class ShellSettings(_Section):
     timeout_seconds: float = Field(default=30.0, gt=0)
     max_output_chars: int = Field(default=20_000, gt=0)
     max_memory_mb: int = Field(default=512, gt=0)
+    network: bool = Field(
+        default=False,
+        description="Let sandboxed commands use the network (the host's; off: none at all).",
+    )
+    bubblewrap: str | None = Field(
+        default=None, description="The bwrap binary (None: found on PATH)."
+    )
+    unsafe_without_sandbox: bool = Field(
+        default=False,
+        description="Run commands without bubblewrap, with the server's own rights (they "
+        "can read its config, database and environment): only for a single trusted user.",
+    )
 
 
 class ToolSettings(_Section):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -282,95 +284,111 @@ async def test_a_link_planted_at_the_target_is_replaced_not_followed(
 
 
 # ---------------------------------------------------------------- the shell
+# Each shell test runs twice: in bubblewrap (the default; tests/tools/test_shell_sandbox.py
+# tries its escapes) and without it (tools.shell.unsafe_without_sandbox).
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (None: no such process)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
+@pytest.fixture(params=[pytest.param("sandbox", marks=needs_bwrap), "unsafe"])
+def shell_context(request: pytest.FixtureRequest, tmp_path: Path) -> ToolContext:
+    return make_context(tmp_path, unsafe_without_sandbox=request.param == "unsafe")
 
 
-def started_at(pid: int) -> str | None:
-    """The process's start time in clock ticks (tells it from a later one reusing the id)."""
-    fields = _stat(pid)
-    return None if fields is None else fields[19]
+def _seen_path(context: ToolContext) -> str:
+    """Where the command sees its workspace: /workspace in the sandbox."""
+    unsafe = context.settings.tools.shell.unsafe_without_sandbox
+    return str(context.workspace.resolve()) if unsafe else "/workspace"
 
 
-def gone(pid: int, started: str | None = None) -> bool:
-    """True once the process has exited (a zombie waiting for its reaper counts, and so
-    does another process that reused its id)."""
-    fields = _stat(pid)
-    if fields is None:
-        return True
-    return fields[0] in ("Z", "X") or (started is not None and fields[19] != started)
+def running(marker: str) -> list[int]:
+    """Live processes (seen from here, in or out of a sandbox) whose command line holds
+    ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("Z", "X"):
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
-def wait_gone(pid: int, seconds: float = 5.0, started: str | None = None) -> bool:
+def wait_none_running(marker: str, seconds: float = 5.0) -> bool:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if gone(pid, started):
-            return True
+    while running(marker):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return gone(pid, started)
+    return True
 
 
-async def test_shell_runs_in_the_workspace(context: ToolContext) -> None:
-    output = await ok(workspace_shell, context, command="pwd; echo made > made.txt; ls")
+def _sleep(seconds: int = 60) -> str:
+    """A sleep with a duration no other process has: its command line is its marker."""
+    return f"{seconds}.{secrets.randbelow(10**9):09d}"
+
+
+async def test_shell_runs_in_the_workspace(shell_context: ToolContext) -> None:
+    output = await ok(workspace_shell, shell_context, command="pwd; echo made > made.txt; ls")
     assert output.splitlines()[0].startswith("[exit code 0 (")
-    assert str(context.workspace.resolve()) in output
+    assert output.splitlines()[1] == _seen_path(shell_context)
     assert "made.txt" in output
-    assert (await ok(workspace_read, context, path="made.txt")).endswith("made\n")
+    assert (await ok(workspace_read, shell_context, path="made.txt")).endswith("made\n")
 
 
 async def test_shell_environment_has_no_secrets(
-    context: ToolContext, monkeypatch: pytest.MonkeyPatch
+    shell_context: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PARLEY_TEST_SECRET", "parley-secret-value")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret-value")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value")
     assert os.environ["PARLEY_TEST_SECRET"] == "parley-secret-value"
     output = await ok(
-        workspace_shell, context, command="env; cat /proc/self/environ | tr '\\0' '\\n'"
+        workspace_shell, shell_context, command="env; cat /proc/self/environ | tr '\\0' '\\n'"
     )
-    assert f"HOME={context.workspace.resolve()}" in output
+    assert f"HOME={_seen_path(shell_context)}" in output
     assert "PATH=" in output
     for leaked in ("secret-value", "PARLEY_TEST_SECRET", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         assert leaked not in output
 
 
-async def test_shell_reports_failures(context: ToolContext) -> None:
-    failed = await call(workspace_shell, context, command="echo oops >&2; exit 3")
+async def test_shell_reports_failures(shell_context: ToolContext) -> None:
+    failed = await call(workspace_shell, shell_context, command="echo oops >&2; exit 3")
     assert failed.is_error
     assert failed.content.startswith("[exit code 3 (")
     assert "oops" in failed.content
-    killed = await call(workspace_shell, context, command="kill -9 $$")
+    killed = await call(workspace_shell, shell_context, command="kill -9 $$")
     assert killed.is_error
     assert "killed by signal SIGKILL" in killed.content
 
 
-async def test_shell_timeout_kills_the_whole_process_group(context: ToolContext) -> None:
+async def test_shell_timeout_kills_the_whole_process_group(shell_context: ToolContext) -> None:
+    child, main = _sleep(), _sleep()
     started = time.monotonic()
     output = await call(
         workspace_shell,
-        context,
-        command="sleep 60 & echo $! > child.pid; sleep 60",
+        shell_context,
+        command=f"sleep {child} & sleep {main}",
         timeout_seconds=1,
     )
     assert time.monotonic() - started < 8
     assert output.is_error
     assert "timed out" in output.content
-    child = int((context.workspace / "child.pid").read_text())
-    assert wait_gone(child), f"child {child} still running"
+    assert wait_none_running(child), f"sleep {child} still running"
+    assert wait_none_running(main)
 
 
-async def test_shell_leaves_no_background_processes(context: ToolContext) -> None:
+async def test_shell_leaves_no_background_processes(shell_context: ToolContext) -> None:
+    background = _sleep()
     started = time.monotonic()
-    output = await ok(workspace_shell, context, command="sleep 60 & echo $! > bg.pid; echo started")
+    output = await ok(workspace_shell, shell_context, command=f"sleep {background} & echo started")
     assert time.monotonic() - started < 8
     assert "started" in output
-    assert wait_gone(int((context.workspace / "bg.pid").read_text()))
+    assert wait_none_running(background), f"sleep {background} outlived its command"
 
 
 async def test_shell_timeout_is_capped_by_the_settings(tmp_path: Path) -> None:
@@ -430,28 +448,31 @@ async def test_writing_below_a_file_fails_clearly(context: ToolContext) -> None:
     assert output.content.startswith("Cannot write plain.txt/inner.txt")
 
 
-async def test_cancelling_the_shell_kills_its_process_group(context: ToolContext) -> None:
-    task = asyncio.ensure_future(
-        call(workspace_shell, context, command="sleep 60 & echo $! > child.pid; sleep 60")
-    )
-    pid_file = context.workspace / "child.pid"
-    deadline = time.monotonic() + 5
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline
+async def _cancel_when_running(task: asyncio.Future[Any], marker: str) -> None:
+    deadline = time.monotonic() + 10
+    while not running(marker):
+        assert time.monotonic() < deadline, f"sleep {marker} never started"
         await asyncio.sleep(0.05)
-    pid = int(pid_file.read_text())
-    started = started_at(pid)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert wait_gone(pid, started=started), _stat(pid)
+
+
+async def test_cancelling_the_shell_kills_its_process_group(shell_context: ToolContext) -> None:
+    child = _sleep()
+    task = asyncio.ensure_future(
+        call(workspace_shell, shell_context, command=f"sleep {child} & sleep 60")
+    )
+    await _cancel_when_running(task, child)
+    assert wait_none_running(child), running(child)
 
 
 async def test_cancelling_while_the_shell_is_being_set_up_kills_its_group(
-    context: ToolContext, monkeypatch: pytest.MonkeyPatch
+    shell_context: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A loaded event loop can deliver the cancellation while the process is started but
     ``create_subprocess_exec`` has not returned: its children must die too."""
+    await ok(workspace_shell, shell_context, command="true")  # the sandbox checked first
     real = asyncio.create_subprocess_exec
 
     async def slow_setup(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
@@ -460,17 +481,9 @@ async def test_cancelling_while_the_shell_is_being_set_up_kills_its_group(
         return process
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_setup)
+    child = _sleep()
     task = asyncio.ensure_future(
-        call(workspace_shell, context, command="sleep 60 & echo $! > child.pid; sleep 60")
+        call(workspace_shell, shell_context, command=f"sleep {child} & sleep 60")
     )
-    pid_file = context.workspace / "child.pid"
-    deadline = time.monotonic() + 5
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
-    pid = int(pid_file.read_text())
-    started = started_at(pid)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert wait_gone(pid, started=started), _stat(pid)
+    await _cancel_when_running(task, child)
+    assert wait_none_running(child), running(child)

@@ -7,11 +7,12 @@ point out and NUL bytes are all refused. Files are then opened without following
 symlink at the last step, and only regular files are read or written.
 
 ``workspace_shell`` is registered only when ``tools.shell.enabled`` and refuses to run
-otherwise. It runs ``/bin/sh -c`` in the workspace with a minimal environment (none of
-the server's variables, so no keys), in a new process group that is killed whole on
-timeout and when the command ends, under CPU, memory, file-size and process limits, with
-its output captured up to a cap. It is not a sandbox: the command runs as the server's
-user and can reach what that user can; enable it only where that is acceptable.
+otherwise. It runs ``/bin/sh -c`` inside bubblewrap (``parley/sandbox.py``), which sees
+the workspace (at /workspace) and the system's programs, and nothing of the server: not
+its files, processes, environment or, unless ``tools.shell.network``, any network. The
+process group is killed whole on timeout and when the command ends; CPU, memory,
+file-size and process limits apply; output is captured up to a cap. Without a working
+bubblewrap the shell refuses, unless ``tools.shell.unsafe_without_sandbox``.
 
 What does not belong here: where workspaces live (``settings.workspace_dir``), spilling
 large tool outputs into them (``tools/output.py``).
@@ -30,6 +31,7 @@ from typing import TextIO
 
 from parley.patterns import Deadline, PatternError, compile_pattern
 from parley.processes import run_shell
+from parley.sandbox import Sandbox, SandboxUnavailable, make_sandbox
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError, ToolOutput
 
@@ -430,6 +432,12 @@ async def workspace_shell(
         if timeout_seconds <= 0:
             raise ToolError("timeout_seconds must be more than 0.")
         timeout = min(timeout_seconds, timeout)
+    sandbox: Sandbox | None = None
+    if not shell.unsafe_without_sandbox:
+        try:
+            sandbox = await make_sandbox(shell.bubblewrap, network=shell.network)
+        except SandboxUnavailable as exc:
+            raise ToolError(f"workspace_shell cannot run without its sandbox: {exc}") from None
     context.workspace.mkdir(parents=True, exist_ok=True)
     result = await run_shell(
         command,
@@ -437,5 +445,6 @@ async def workspace_shell(
         timeout_seconds=timeout,
         max_output_chars=shell.max_output_chars,
         max_memory_mb=shell.max_memory_mb,
+        sandbox=sandbox,
     )
     return ToolOutput(result.describe(), is_error=result.failed)
