@@ -19,6 +19,7 @@ from parley.agent.loop import Resume
 from parley.conversations.approvals import apply_decisions, close_pending
 from parley.conversations.turns import ChatTurn, ToolAnswer
 from parley.errors import Conflict, InvalidRequest, NotFound
+from parley.ids import client_conversation_id
 from parley.messages import Message, Part, ToolCallPart, ToolResult, Usage
 from parley.store.repository import ConversationStore, StoredMessage
 
@@ -27,6 +28,18 @@ class History:
     def __init__(self, store: ConversationStore, approval_ttl_seconds: float) -> None:
         self._store = store
         self._approval_ttl = approval_ttl_seconds
+
+    async def claimed(self, turn: ChatTurn) -> str:
+        """The stored conversation a client-made id (Chatchat's) names for this owner:
+        the id itself when it is already one of theirs, else an id derived from the owner
+        and the client's id. Owners never share a client-made id, so another owner's id
+        answers exactly like a free one (a new conversation), and reveals nothing."""
+        assert turn.conversation_id is not None
+        try:
+            await self._store.get_conversation(turn.owner, turn.conversation_id)
+        except LookupError:
+            return client_conversation_id(turn.owner, turn.conversation_id)
+        return turn.conversation_id
 
     async def _branch(self, turn: ChatTurn) -> list[StoredMessage]:
         """The stored branch of the turn's conversation (NotFound: no such conversation)."""

@@ -44,7 +44,7 @@ from parley.conversations.turn_tools import TurnTools
 from parley.conversations.turns import ChatTurn
 from parley.errors import AuthenticationFailed, InvalidRequest, NotFound, Overloaded, ParleyError
 from parley.identity import Caller
-from parley.ids import client_conversation_id, new_id
+from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import TurnInfo
 from parley.mcp.service import McpService, is_mcp_tool
@@ -177,8 +177,7 @@ class ConversationService:
             await asyncio.wait([asyncio.ensure_future(g.wait()) for g in left], timeout=5)
 
     def end_for_keys(self, key_ids: set[str]) -> int:
-        """End the running replies of these (revoked) keys: saved as interrupted, their
-        clients told. Returns how many were ended."""
+        """End (as interrupted) the running replies of these revoked keys; how many."""
         ended = [g for g in self._running if g.key_id in key_ids]
         for generation in ended:
             generation.abort(
@@ -203,7 +202,7 @@ class ConversationService:
                 "approvals need the conversation_id of the paused reply", param="approvals"
             )
         if turn.create_missing and turn.conversation_id is not None:
-            turn = replace(turn, conversation_id=await self._claimed(turn))
+            turn = replace(turn, conversation_id=await self._history.claimed(turn))
         # the request's own errors first: a bad request must not stop the reply in progress
         assistant = await self._check(turn)
         reach, notes = await self._reaches.resolve(turn.owner, turn.knowledge_bases, assistant)
@@ -217,18 +216,6 @@ class ConversationService:
             generation = await self._prepare(turn, assistant, reach, notes)
             self._sessions.attach(turn.owner, turn.conversation_id, generation)
             return generation
-
-    async def _claimed(self, turn: ChatTurn) -> str:
-        """The stored conversation a client-made id (Chatchat's) names for this owner:
-        the id itself when it is already one of theirs, else an id derived from the owner
-        and the client's id. Owners never share a client-made id, so another owner's id
-        answers exactly like a free one (a new conversation), and reveals nothing."""
-        assert turn.conversation_id is not None
-        try:
-            await self._store.get_conversation(turn.owner, turn.conversation_id)
-        except LookupError:
-            return client_conversation_id(turn.owner, turn.conversation_id)
-        return turn.conversation_id
 
     async def cancel(self, owner: str, conversation_id: str) -> Generation | None:
         """End the conversation's running generation (saved as interrupted); returns it,
