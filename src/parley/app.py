@@ -40,10 +40,15 @@ from parley.api import (
     usage,
 )
 from parley.api import knowledge as knowledge_api
+from parley.api import openapi
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator, RevocationWatcher, authenticated
+from parley.api.idempotency import Idempotency
+from parley.api.knowledge import MULTIPART_SLACK
 from parley.api.mcp import check_admissible
+from parley.api.openapi import answers
+from parley.api.shapes import Health
 from parley.api.state import AppState
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
@@ -63,6 +68,7 @@ from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.citations import CitationStore
 from parley.store.database import Database
+from parley.store.idempotency import IdempotencyStore
 from parley.store.mcp_servers import McpServerStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
@@ -86,6 +92,10 @@ def create_app(settings: Settings) -> FastAPI:
         interrupted = await conversation_store.interrupt_streaming()
         if interrupted:
             log.warning("marked %d message(s) left streaming as interrupted", interrupted)
+        idempotency = IdempotencyStore(database)
+        cut_off = await idempotency.interrupt_running()
+        if cut_off:
+            log.warning("%d request(s) with an Idempotency-Key were cut off", cut_off)
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(600.0, connect=10.0),
             # httpcore scans its whole pool for every request: with a hundred idle
@@ -177,6 +187,7 @@ def create_app(settings: Settings) -> FastAPI:
             memory=memory,
             citations=citations,
             mcp=mcp,
+            idempotency=idempotency,
         )
         if not await keys.active():
             log.warning(
@@ -220,6 +231,15 @@ def create_app(settings: Settings) -> FastAPI:
         redirect_slashes=False,
     )
     errors.install(app)
+    openapi.install(app)  # security, error responses, hoisted definitions
+    # inside admission control: a request is admitted before it is answered or joined
+    app.add_middleware(
+        Idempotency,
+        ttl_seconds=settings.server.idempotency_ttl_seconds,
+        max_body_bytes=_largest_body(settings),
+        max_response_bytes=settings.server.idempotency_max_response_bytes,
+        cancel_on_disconnect=settings.server.on_disconnect == "cancel",
+    )
     app.add_middleware(
         Admission,
         max_in_flight=settings.server.max_in_flight,
@@ -253,8 +273,15 @@ def create_app(settings: Settings) -> FastAPI:
     if mcp_endpoint is not None:
         mcp_endpoint.mount(app)
 
-    @app.get("/health", tags=["health"])
+    @app.get("/health", tags=["health"], openapi_extra=openapi.public(), **answers(Health))
     async def health(request: Request) -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
 
     return app
+
+
+def _largest_body(settings: Settings) -> int:
+    """The largest request body a route takes: an upload's, or any other's."""
+    knowledge = settings.knowledge
+    uploads = knowledge.max_files_per_upload * (knowledge.max_upload_bytes + MULTIPART_SLACK)
+    return max(settings.server.max_body_bytes, uploads)

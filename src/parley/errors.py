@@ -5,7 +5,8 @@
     ParleyError                      status, type, code, param
     ├── InvalidRequest               400  the client sent something we will not run
     │   ├── PayloadTooLarge          413
-    │   └── UnsupportedMediaType     415
+    │   ├── UnsupportedMediaType     415
+    │   └── Unprocessable            422  well formed, but not what this can take
     ├── AuthenticationFailed         401
     ├── PermissionDenied             403
     ├── NotFound                     404  unknown or someone else's id, unknown model
@@ -57,6 +58,11 @@ class PayloadTooLarge(InvalidRequest):
 class UnsupportedMediaType(InvalidRequest):
     status = 415
     code = "unsupported_media_type"
+
+
+class Unprocessable(InvalidRequest):
+    status = 422
+    code = "unprocessable"
 
 
 class AuthenticationFailed(ParleyError):

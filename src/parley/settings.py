@@ -144,6 +144,18 @@ class ServerSettings(_Section):
     max_loop_lag_ms: float = Field(
         default=100.0, description="Refuse new chat requests while the loop runs this late."
     )
+    idempotency_ttl_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="How long a POST's Idempotency-Key and its response are kept: the same "
+        "key and request again within this gets that response, never a second run.",
+    )
+    idempotency_max_response_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=0,
+        description="A response kept for an Idempotency-Key is at most this large (a larger "
+        "one is answered once; a retry gets 409 idempotency_response_too_large).",
+    )
 
 
 class ChatSettings(_Section):

@@ -15,6 +15,7 @@ from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.database import Database
+from parley.store.idempotency import IdempotencyStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
 from parley.store.summaries import SummaryStore
@@ -45,5 +46,6 @@ class AppState:
     memory: MemoryService
     citations: CitationStore
     mcp: McpService
+    idempotency: IdempotencyStore
     knowledge: KnowledgeService | None = None
     """None when ``knowledge.enabled`` is false."""

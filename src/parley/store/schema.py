@@ -318,3 +318,22 @@ mcp_servers = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+# Requests sent with an Idempotency-Key (store/idempotency.py): one row per key of one
+# API key (``scope`` is the key's id, or ``local``), the request's fingerprint, and once
+# it has ended the response to replay. ``state``: running, done, or interrupted (the
+# process answering it ended first). Rows leave at ``expires_at``.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(40), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("status", Integer, nullable=True),
+    Column("headers", JSON, nullable=True),
+    Column("body", LargeBinary, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_idempotency_expires", "expires_at"),
+)
