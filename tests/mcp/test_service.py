@@ -84,11 +84,23 @@ def test_the_bearer_token_comes_from_the_settings_or_the_environment(
 
 
 def test_the_allowlist_is_exact() -> None:
-    assert allowed_command("npx", ["npx", "uvx"])
-    assert not allowed_command("/tmp/npx", ["npx"])
-    assert not allowed_command("npx2", ["npx"])
-    assert allowed_command("/opt/bin/server", ["/opt/bin/server"])
-    assert not allowed_command("npx", [])
+    assert allowed_command("npx", [], ["npx", "uvx"])
+    assert allowed_command("npx", ["-y", "anything"], ["npx"])  # a command alone: any args
+    assert not allowed_command("/tmp/npx", [], ["npx"])
+    assert not allowed_command("npx2", [], ["npx"])
+    assert allowed_command("/opt/bin/server", [], ["/opt/bin/server"])
+    assert not allowed_command("npx", [], [])
+
+
+def test_allowlisted_arguments_must_match_every_pattern() -> None:
+    allowlist = ["npx -y '@modelcontextprotocol/server-*'", "python3 /opt/mcp/files.py"]
+    assert allowed_command("npx", ["-y", "@modelcontextprotocol/server-git"], allowlist)
+    assert not allowed_command("npx", ["-y", "evil-package"], allowlist)
+    assert not allowed_command("npx", ["-y"], allowlist)  # too few
+    assert allowed_command("python3", ["/opt/mcp/files.py"], allowlist)
+    assert not allowed_command("python3", ["-c", "import os"], allowlist)
+    assert not allowed_command("python3", ["/opt/mcp/files.py", "--x"], allowlist)
+    assert not allowed_command("npx", [], ["npx '"])  # an unparsable entry allows nothing
 
 
 def test_check_refuses_unknown_servers_and_bad_names() -> None:
