@@ -11,13 +11,15 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
+from parley.api.openapi import answers
+from parley.api.shapes import AuditList, InterceptorList
 from parley.api.state import AppState
 from parley.errors import PermissionDenied
 
 router = APIRouter(tags=["admin"])
 
 
-@router.get("/v1/admin/interceptors")
+@router.get("/v1/admin/interceptors", **answers(InterceptorList))
 async def list_interceptors(request: Request) -> dict[str, Any]:
     """The interceptor chain as it runs: before-hooks in this order, after-hooks reversed."""
     state: AppState = request.app.state.parley
@@ -25,7 +27,7 @@ async def list_interceptors(request: Request) -> dict[str, Any]:
     return {"object": "list", "data": state.interceptors.describe()}
 
 
-@router.get("/v1/audit")
+@router.get("/v1/audit", **answers(AuditList))
 async def list_audit(
     request: Request,
     kind: Literal["model", "tool", "detection"] | None = None,

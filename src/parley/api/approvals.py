@@ -13,17 +13,33 @@ field of ``POST /v1/chat/completions`` with the ``conversation_id``.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from pydantic import Field
 from starlette.responses import Response
 
 from parley.api.branches import usable_model
-from parley.api.chat import answer, read_json_object
+from parley.api.chat import CHAT_ERRORS, STREAM, answer, read_json_object
+from parley.api.completion_shapes import ChatCompletion
+from parley.api.openapi import answers, json_body
 from parley.api.state import AppState
+from parley.api.wire import ApprovalDecision, options_model
 from parley.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
+ApprovalsRequest = options_model(
+    "ApprovalsRequest",
+    "Decisions on the calls the paused reply waits on, and the chat-completions options "
+    "of the rest of the reply.",
+    drop=("messages", "conversation_id", "approvals"),
+    decisions=(list[ApprovalDecision], Field(min_length=1, max_length=256)),
+)
 
-@router.post("/{conversation_id}/approvals")
+
+@router.post(
+    "/{conversation_id}/approvals",
+    openapi_extra=json_body(ApprovalsRequest),
+    **answers(ChatCompletion, errors=CHAT_ERRORS, content=STREAM),
+)
 async def decide(request: Request, conversation_id: str) -> Response:
     state: AppState = request.app.state.parley
     caller = await state.auth.caller(request)

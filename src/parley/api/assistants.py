@@ -19,7 +19,10 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from parley.api.openapi import answers
 from parley.api.pages import page
+from parley.api.shapes import Assistant as AssistantShape
+from parley.api.shapes import AssistantList, Deleted
 from parley.api.state import AppState
 from parley.conversations.assistants import Assistant, AssistantCreate, AssistantUpdate
 from parley.errors import InvalidRequest, NotFound, ParleyError
@@ -93,7 +96,7 @@ def _check_server_parts(state: AppState, fields: dict[str, Any]) -> None:
             )
 
 
-@router.post("")
+@router.post("", **answers(AssistantShape, errors=(409,)))
 async def create_assistant(request: Request, body: AssistantCreate) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -102,7 +105,7 @@ async def create_assistant(request: Request, body: AssistantCreate) -> dict[str,
     return assistant_json(await state.assistants.create(owner, fields))
 
 
-@router.get("")
+@router.get("", **answers(AssistantList))
 async def list_assistants(
     request: Request,
     limit: int = Query(default=20, ge=1, le=100),
@@ -114,7 +117,7 @@ async def list_assistants(
     return page(rows, limit, assistant_json)
 
 
-@router.get("/{assistant_id}")
+@router.get("/{assistant_id}", **answers(AssistantShape))
 async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
     """By id or by name."""
     state: AppState = request.app.state.parley
@@ -125,7 +128,7 @@ async def get_assistant(request: Request, assistant_id: str) -> dict[str, Any]:
         raise _not_found(assistant_id) from None
 
 
-@router.patch("/{assistant_id}")
+@router.patch("/{assistant_id}", **answers(AssistantShape, errors=(409,)))
 async def update_assistant(
     request: Request, assistant_id: str, body: AssistantUpdate
 ) -> dict[str, Any]:
@@ -140,7 +143,7 @@ async def update_assistant(
         raise _not_found(assistant_id) from None
 
 
-@router.delete("/{assistant_id}")
+@router.delete("/{assistant_id}", **answers(Deleted))
 async def delete_assistant(request: Request, assistant_id: str) -> Response:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)

@@ -19,9 +19,13 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from parley.api.chat import answer, read_json_object
+from parley.api.chat import CHAT_ERRORS, STREAM, answer, read_json_object
+from parley.api.completion_shapes import ChatCompletion
 from parley.api.conversations import conversation_body, not_found
+from parley.api.openapi import answers, json_body
+from parley.api.shapes import ConversationDetail
 from parley.api.state import AppState
+from parley.api.wire import Content, options_model
 from parley.conversations.turns import Anchor
 from parley.errors import InvalidRequest, NotFound, ParleyError
 
@@ -35,20 +39,43 @@ class ForkRequest(BaseModel):
     title: str | None = Field(default=None, min_length=1, max_length=500)
 
 
+RegenerateRequest = options_model(
+    "RegenerateRequest",
+    "The chat-completions options of a regenerated reply (all optional; the model is "
+    "that of the reply redone while it is configured).",
+    drop=("messages", "conversation_id"),
+)
+EditRequest = options_model(
+    "EditRequest",
+    "The user message's new content, and the chat-completions options of its reply.",
+    drop=("messages", "conversation_id"),
+    content=(str | list[Content], Field(description="As a chat message's content.")),
+)
+_LIKE_CHAT = answers(ChatCompletion, errors=CHAT_ERRORS, content=STREAM)
+
+
 def _message_not_found(message_id: str) -> NotFound:
     return NotFound(
         f"message {message_id!r} not found", param="message_id", code="message_not_found"
     )
 
 
-@router.post("/{conversation_id}/messages/{message_id}/regenerate")
+@router.post(
+    "/{conversation_id}/messages/{message_id}/regenerate",
+    openapi_extra=json_body(RegenerateRequest, required=False),
+    **_LIKE_CHAT,
+)
 async def regenerate(request: Request, conversation_id: str, message_id: str) -> Response:
     """A new version of an assistant message (what followed it is kept), or a new reply
     to a user message."""
     return await _answer_at(request, conversation_id, message_id, edit=False)
 
 
-@router.post("/{conversation_id}/messages/{message_id}/edit")
+@router.post(
+    "/{conversation_id}/messages/{message_id}/edit",
+    openapi_extra=json_body(EditRequest),
+    **_LIKE_CHAT,
+)
 async def edit(request: Request, conversation_id: str, message_id: str) -> Response:
     """A new version of a user message (``content``, as in a chat message) and a new
     reply to it."""
@@ -107,7 +134,7 @@ def usable_model(state: AppState, model: str | None) -> str | None:
     return model
 
 
-@router.post("/{conversation_id}/messages/{message_id}/select")
+@router.post("/{conversation_id}/messages/{message_id}/select", **answers(ConversationDetail))
 async def select_version(request: Request, conversation_id: str, message_id: str) -> Response:
     """Make this version the selected one at its position; the branch continues where it
     was last left below it."""
@@ -121,7 +148,7 @@ async def select_version(request: Request, conversation_id: str, message_id: str
     return _json(await conversation_body(state, owner, conversation_id))
 
 
-@router.delete("/{conversation_id}/messages/{message_id}")
+@router.delete("/{conversation_id}/messages/{message_id}", **answers(ConversationDetail))
 async def delete_version(request: Request, conversation_id: str, message_id: str) -> Response:
     """Delete one version and everything after it. A reply being generated below it is
     stopped first."""
@@ -141,7 +168,11 @@ async def delete_version(request: Request, conversation_id: str, message_id: str
     return _json(await conversation_body(state, owner, conversation_id))
 
 
-@router.post("/{conversation_id}/fork")
+@router.post(
+    "/{conversation_id}/fork",
+    openapi_extra=json_body(ForkRequest, required=False),
+    **answers(ConversationDetail, status=201, errors=(413, 415)),
+)
 async def fork(request: Request, conversation_id: str) -> Response:
     """A new conversation with a copy of the current branch (up to ``message_id``)."""
     state: AppState = request.app.state.parley

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from parley.api.coalesce import Coalescer, Kind
+from parley.api.completion_shapes import ChatCompletion, ChatCompletionChunk, StreamErrorEvent
 from parley.api.errors import error_response, validation_error
+from parley.api.openapi import answers, event_stream, json_body
 from parley.api.sse import (
     DONE,
     STATUS_AGENT_FINISH,
@@ -66,21 +68,38 @@ class ClientGone(ParleyError):
     type = "client_closed_request"
 
 
-_OPENAPI = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": ChatCompletionRequest.model_json_schema()}},
-    }
-}
+STREAM = event_stream(
+    ChatCompletionChunk,
+    StreamErrorEvent,
+    description="With `stream: true`: `chat.completion.chunk` objects, then `data: [DONE]`. "
+    "A failure after the first chunk is an error event, and no [DONE] follows.",
+)
+"""The streamed answer of every route that answers like chat completions."""
+CHAT_ERRORS = (404, 409, 413, 415, 429, 502, 503, 504)
+"""Their failures beyond the shared ones: unknown models and ids, a reply superseded
+before it began, a body too large or not JSON, and the upstream's failures (429 too)."""
+_CHAT = answers(ChatCompletion, errors=(*CHAT_ERRORS, 408), content=STREAM)
+"""Admission control guards the chat routes: a body too slow is 408, and too many
+requests in flight 429 (one key) or 503 (in all)."""
 
 
-@router.post("/v1/chat/completions", openapi_extra=_OPENAPI, tags=["chat"])
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=json_body(ChatCompletionRequest),
+    tags=["chat"],
+    **_CHAT,
+)
 async def chat_completions(request: Request) -> Response:
     """OpenAI Chat Completions."""
     return await _chat(request, compat=False)
 
 
-@router.post("/chat/chat/completions", openapi_extra=_OPENAPI, tags=["chatchat"])
+@router.post(
+    "/chat/chat/completions",
+    openapi_extra=json_body(ChatCompletionRequest),
+    tags=["chatchat"],
+    **_CHAT,
+)
 async def chatchat_completions(request: Request) -> Response:
     """Langchain-Chatchat's entry: the same, creating unknown conversation ids on first use."""
     return await _chat(request, compat=True)

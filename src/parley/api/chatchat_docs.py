@@ -43,6 +43,8 @@ from parley.api.chatchat_common import (
     reply,
     valid_name,
 )
+from parley.api.chatchat_shapes import FileListReply, FilesReply, Reply
+from parley.api.openapi import answers, model_schema
 from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge
 from parley.knowledge.service import KnowledgeService
 from parley.store.knowledge import Document, KnowledgeBase
@@ -66,6 +68,36 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
 # --- request bodies ----------------------------------------------------------------------
+
+_FLAG = {"type": "boolean"}
+_UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["knowledge_base_name", "files"],
+                "properties": {
+                    "knowledge_base_name": {"type": "string", "minLength": 1},
+                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                    "override": _FLAG,
+                    "to_vector_store": _FLAG,
+                    "chunk_size": {"type": "integer"},
+                    "chunk_overlap": {"type": "integer"},
+                    "zh_title_enhance": _FLAG,
+                    "docs": {"type": "string", "description": "Custom docs (not supported)."},
+                    "not_refresh_vs_cache": _FLAG,
+                },
+            }
+        }
+    },
+}
+_LENGTH_REQUIRED = {
+    "411": {
+        "description": "An upload without Content-Length (as a Chatchat reply).",
+        "content": {"application/json": {"schema": model_schema(Reply)}},
+    }
+}
 
 
 class DeleteDocsBody(BaseModel):
@@ -251,7 +283,7 @@ def _text(form: FormData, key: str) -> str:
 # --- files -------------------------------------------------------------------------------
 
 
-@router.get("/list_files")
+@router.get("/list_files", **answers(FileListReply))
 async def list_files(
     request: Request, knowledge_base_name: str = Query(max_length=1_000)
 ) -> dict[str, Any]:
@@ -267,7 +299,11 @@ async def list_files(
     return reply(data=[file_json(base, d, n) for n, d in enumerate(files, 1)])
 
 
-@router.post("/upload_docs", response_model=None)
+@router.post(
+    "/upload_docs",
+    openapi_extra={"requestBody": _UPLOAD_BODY, "responses": _LENGTH_REQUIRED},
+    **answers(FilesReply, errors=(413,)),
+)
 async def upload_docs(request: Request) -> dict[str, Any] | JSONResponse:
     """``multipart/form-data``, the fields of Chatchat's ``upload_docs``."""
     service, owner = await caller(request)
@@ -376,7 +412,7 @@ async def _store_upload(
     return document
 
 
-@router.post("/delete_docs")
+@router.post("/delete_docs", **answers(FilesReply))
 async def delete_docs(request: Request, body: DeleteDocsBody) -> dict[str, Any]:
     opened = await open_base(request, body.knowledge_base_name)
     if isinstance(opened, dict):
@@ -400,7 +436,7 @@ async def delete_docs(request: Request, body: DeleteDocsBody) -> dict[str, Any]:
     return reply(msg="files deleted", data={"failed_files": failed})
 
 
-@router.post("/update_docs")
+@router.post("/update_docs", **answers(FilesReply))
 async def update_docs(request: Request, body: UpdateDocsBody) -> dict[str, Any]:
     """Index the named files again (from their stored content)."""
     opened = await open_base(request, body.knowledge_base_name)
@@ -437,7 +473,14 @@ async def update_docs(request: Request, body: UpdateDocsBody) -> dict[str, Any]:
     )
 
 
-@router.get("/download_doc", response_model=None)
+@router.get(
+    "/download_doc",
+    **answers(
+        Reply,
+        description="The file, or a Chatchat reply saying why not.",
+        content={"*/*": {"schema": {"type": "string", "format": "binary"}}},
+    ),
+)
 async def download_doc(
     request: Request,
     knowledge_base_name: str = Query(max_length=1_000),

@@ -137,6 +137,8 @@ from parley.api.chatchat_common import (
     reply,
     valid_name,
 )
+from parley.api.chatchat_shapes import BaseListReply, ChatchatDocument, InfoReply, Reply
+from parley.api.openapi import answers, model_schema
 from parley.errors import Conflict, InvalidRequest, ParleyError
 from parley.knowledge.index import ChunkView
 from parley.knowledge.service import KnowledgeService, SearchResult
@@ -160,6 +162,25 @@ MAX_FILE_NAME = 255
 
 
 # --- request bodies ----------------------------------------------------------------------
+
+_NAME_BODY = {
+    "requestBody": {
+        "content": {
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        {"type": "string", "description": "The knowledge base's name."},
+                        {
+                            "type": "object",
+                            "required": ["knowledge_base_name"],
+                            "properties": {"knowledge_base_name": {"type": "string"}},
+                        },
+                    ]
+                }
+            }
+        }
+    }
+}
 
 
 class CreateBody(BaseModel):
@@ -287,7 +308,7 @@ def _metadata_matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
 # --- knowledge bases ---------------------------------------------------------------------
 
 
-@router.get("/list_knowledge_bases")
+@router.get("/list_knowledge_bases", **answers(BaseListReply))
 async def list_knowledge_bases(request: Request) -> dict[str, Any]:
     service, owner = await caller(request)
     if service is None:
@@ -304,7 +325,7 @@ async def list_knowledge_bases(request: Request) -> dict[str, Any]:
     return reply(data=[base_json(b) for b in bases])
 
 
-@router.post("/create_knowledge_base")
+@router.post("/create_knowledge_base", **answers(Reply))
 async def create_knowledge_base(request: Request, body: CreateBody) -> dict[str, Any]:
     service, owner = await caller(request)
     if service is None:
@@ -326,7 +347,7 @@ async def create_knowledge_base(request: Request, body: CreateBody) -> dict[str,
     return reply(msg=f"created knowledge base {name}")
 
 
-@router.post("/delete_knowledge_base")
+@router.post("/delete_knowledge_base", openapi_extra=_NAME_BODY, **answers(Reply))
 async def delete_knowledge_base(request: Request, body: Annotated[Any, Body()]) -> dict[str, Any]:
     """The body is the name as a bare JSON string (``"samples"``), as Chatchat's client
     sends it, or ``{"knowledge_base_name": ...}``."""
@@ -354,7 +375,7 @@ async def delete_knowledge_base(request: Request, body: Annotated[Any, Body()]) 
     return reply(msg=f"deleted knowledge base {name}")
 
 
-@router.post("/update_info")
+@router.post("/update_info", **answers(InfoReply))
 async def update_info(request: Request, body: InfoBody) -> dict[str, Any]:
     opened = await open_base(request, body.knowledge_base_name)
     if isinstance(opened, dict):
@@ -370,7 +391,16 @@ async def update_info(request: Request, body: InfoBody) -> dict[str, Any]:
 # --- search ------------------------------------------------------------------------------
 
 
-@router.post("/search_docs")
+@router.post(
+    "/search_docs",
+    **answers(
+        content={
+            "application/json": {
+                "schema": {"type": "array", "items": model_schema(ChatchatDocument)}
+            }
+        }
+    ),
+)
 async def search_docs(request: Request, body: SearchBody) -> list[dict[str, Any]]:
     """A bare list, as in Chatchat; ``[]`` for a missing base."""
     service, owner = await caller(request)

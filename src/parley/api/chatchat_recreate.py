@@ -37,6 +37,8 @@ from parley.api.chatchat_common import (
     reply,
     valid_name,
 )
+from parley.api.chatchat_shapes import RecreateEvent, Reply
+from parley.api.openapi import answers, event_stream
 from parley.errors import ParleyError
 from parley.knowledge.service import KnowledgeService
 from parley.store.knowledge import Document, KnowledgeBase
@@ -61,7 +63,14 @@ router = APIRouter()
 """Without prefix or tags: ``api/chatchat_kb.py``'s router, which includes it, adds both."""
 
 
-@router.post("/recreate_vector_store", response_model=None)
+@router.post(
+    "/recreate_vector_store",
+    **answers(
+        Reply,
+        description="One event per file as it finishes, or a Chatchat reply saying why not.",
+        content=event_stream(RecreateEvent, description="One event per finished file."),
+    ),
+)
 async def recreate_vector_store(
     request: Request, body: RecreateBody
 ) -> StreamingResponse | dict[str, Any]:

@@ -34,6 +34,8 @@ from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.api.conversations import not_found
+from parley.api.openapi import answers
+from parley.api.shapes import Compacted, SummaryReverted, SummaryState
 from parley.api.state import AppState
 from parley.errors import Conflict, ParleyError
 from parley.interceptors.protocol import TurnInfo
@@ -78,7 +80,7 @@ async def _branch(state: AppState, owner: str, conversation_id: str) -> list[Sto
         raise not_found(conversation_id) from None
 
 
-@router.get("/{conversation_id}/summary")
+@router.get("/{conversation_id}/summary", **answers(SummaryState))
 async def get_summary(request: Request, conversation_id: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -92,7 +94,7 @@ async def get_summary(request: Request, conversation_id: str) -> dict[str, Any]:
     }
 
 
-@router.post("/{conversation_id}/compact")
+@router.post("/{conversation_id}/compact", **answers(Compacted, errors=(409, 429, 502, 503, 504)))
 async def compact(
     request: Request,
     conversation_id: str,
@@ -124,7 +126,7 @@ async def compact(
     return {"conversation_id": conversation_id, "summary": summary_json(saved, ids)}
 
 
-@router.delete("/{conversation_id}/summary")
+@router.delete("/{conversation_id}/summary", **answers(SummaryReverted))
 async def revert_summary(request: Request, conversation_id: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)

@@ -16,7 +16,15 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from parley.api.openapi import answers
 from parley.api.pages import page
+from parley.api.shapes import (
+    Cancellation,
+    Conversation,
+    ConversationDetail,
+    ConversationList,
+    Deleted,
+)
 from parley.api.state import AppState
 from parley.conversations.citations import Citation
 from parley.errors import NotFound
@@ -84,7 +92,7 @@ def message_json(
     }
 
 
-@router.get("")
+@router.get("", **answers(ConversationList))
 async def list_conversations(
     request: Request,
     limit: int = Query(default=20, ge=1, le=100),
@@ -96,7 +104,7 @@ async def list_conversations(
     return page(rows, limit, conversation_json)
 
 
-@router.get("/{conversation_id}")
+@router.get("/{conversation_id}", **answers(ConversationDetail))
 async def get_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -121,7 +129,7 @@ async def conversation_body(state: AppState, owner: str, conversation_id: str) -
     }
 
 
-@router.post("/{conversation_id}/cancel")
+@router.post("/{conversation_id}/cancel", **answers(Cancellation))
 async def cancel_generation(request: Request, conversation_id: str) -> dict[str, Any]:
     """Stop the reply being generated in this conversation (it is saved as interrupted,
     and its client, if still reading, gets a ``cancelled`` error)."""
@@ -140,7 +148,7 @@ async def cancel_generation(request: Request, conversation_id: str) -> dict[str,
     }
 
 
-@router.patch("/{conversation_id}")
+@router.patch("/{conversation_id}", **answers(Conversation))
 async def rename_conversation(
     request: Request, conversation_id: str, patch: ConversationPatch
 ) -> dict[str, Any]:
@@ -154,7 +162,7 @@ async def rename_conversation(
     return conversation_json(conversation)
 
 
-@router.delete("/{conversation_id}")
+@router.delete("/{conversation_id}", **answers(Deleted))
 async def delete_conversation(request: Request, conversation_id: str) -> Response:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)

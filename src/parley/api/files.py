@@ -7,13 +7,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import FileResponse
 
+from parley.api.openapi import answers
 from parley.api.state import AppState
 from parley.errors import NotFound
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
+_IMAGE = {"image/*": {"schema": {"type": "string", "format": "binary"}}}
 
-@router.get("/{file_id}")
+
+@router.get("/{file_id}", response_class=FileResponse, **answers(content=_IMAGE))
 async def get_file(request: Request, file_id: str) -> FileResponse:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)

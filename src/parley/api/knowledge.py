@@ -33,7 +33,18 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.responses import FileResponse, JSONResponse
 
+from parley.api.openapi import answers
 from parley.api.pages import page
+from parley.api.shapes import (
+    Deleted,
+    DocumentList,
+    KnowledgeBaseList,
+    Reindexed,
+    SearchResults,
+    UploadResult,
+)
+from parley.api.shapes import Document as DocumentShape
+from parley.api.shapes import KnowledgeBase as BaseShape
 from parley.api.state import AppState
 from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError, PayloadTooLarge
 from parley.knowledge.service import KnowledgeService, SearchResult, UploadTooLarge
@@ -234,7 +245,7 @@ def _json(body: dict[str, Any], status: int = 200) -> JSONResponse:
 # --- search (declared before the routes with a /{kb} parameter) --------------------------
 
 
-@router.post("/search")
+@router.post("/search", **answers(SearchResults, errors=(404,)))
 async def search_many(request: Request, body: MultiSearchRequest) -> dict[str, Any]:
     """Search several of the owner's knowledge bases at once (ids or names)."""
     service, owner = await _context(request)
@@ -249,7 +260,7 @@ async def search_many(request: Request, body: MultiSearchRequest) -> dict[str, A
 # --- knowledge bases ---------------------------------------------------------------------
 
 
-@router.post("")
+@router.post("", **answers(BaseShape, errors=(404, 409)))
 async def create_base(request: Request, body: BaseCreate) -> dict[str, Any]:
     service, owner = await _context(request)
     base = await service.create(
@@ -262,7 +273,7 @@ async def create_base(request: Request, body: BaseCreate) -> dict[str, Any]:
     return base_json(base)
 
 
-@router.get("")
+@router.get("", **answers(KnowledgeBaseList, errors=(404,)))
 async def list_bases(
     request: Request,
     limit: int = Query(default=20, ge=1, le=100),
@@ -274,14 +285,14 @@ async def list_bases(
     return page(rows, limit, base_json)
 
 
-@router.get("/{kb}")
+@router.get("/{kb}", **answers(BaseShape))
 async def get_base(request: Request, kb: str) -> dict[str, Any]:
     """By id or by name."""
     service, owner = await _context(request)
     return base_json(await _base(service, owner, kb))
 
 
-@router.patch("/{kb}")
+@router.patch("/{kb}", **answers(BaseShape, errors=(409,)))
 async def update_base(request: Request, kb: str, body: BaseUpdate) -> dict[str, Any]:
     service, owner = await _context(request)
     try:
@@ -291,7 +302,7 @@ async def update_base(request: Request, kb: str, body: BaseUpdate) -> dict[str, 
     return base_json(base)
 
 
-@router.delete("/{kb}")
+@router.delete("/{kb}", **answers(Deleted))
 async def delete_base(request: Request, kb: str) -> dict[str, Any]:
     """The base, its documents, chunks, vectors and files."""
     service, owner = await _context(request)
@@ -302,7 +313,7 @@ async def delete_base(request: Request, kb: str) -> dict[str, Any]:
     return {"id": deleted, "object": "knowledge_base.deleted", "deleted": True}
 
 
-@router.post("/{kb}/reindex")
+@router.post("/{kb}/reindex", **answers(Reindexed, errors=(503,)))
 async def reindex_base(request: Request, kb: str) -> dict[str, Any]:
     """Index every document again with the server's current embedding model."""
     service, owner = await _context(request)
@@ -310,7 +321,7 @@ async def reindex_base(request: Request, kb: str) -> dict[str, Any]:
     return {"queued": await service.reindex_base(owner, base)}
 
 
-@router.post("/{kb}/search")
+@router.post("/{kb}/search", **answers(SearchResults))
 async def search_base(request: Request, kb: str, body: SearchRequest) -> dict[str, Any]:
     service, owner = await _context(request)
     base = await _base(service, owner, kb)
@@ -321,6 +332,10 @@ async def search_base(request: Request, kb: str, body: SearchRequest) -> dict[st
 # --- documents ---------------------------------------------------------------------------
 
 
+_FILE = {
+    media: {"schema": {} if media == "application/json" else {"type": "string", "format": "binary"}}
+    for media in (*sorted(SAFE_TEXT_TYPES), "application/octet-stream")
+}
 _UPLOAD_BODY = {
     "required": True,
     "content": {
@@ -338,7 +353,11 @@ _UPLOAD_BODY = {
 }
 
 
-@router.post("/{kb}/documents", status_code=202, openapi_extra={"requestBody": _UPLOAD_BODY})
+@router.post(
+    "/{kb}/documents",
+    openapi_extra={"requestBody": _UPLOAD_BODY},
+    **answers(UploadResult, status=202, errors=(411, 413, 503)),
+)
 async def upload_documents(request: Request, kb: str) -> JSONResponse:
     """``multipart/form-data``: ``files`` (one or more), ``override`` (optional)."""
     service, owner = await _context(request)
@@ -463,7 +482,7 @@ def _all_failed(failed: list[dict[str, Any]]) -> ParleyError:
     return InvalidRequest(message, param="files", code=code)
 
 
-@router.get("/{kb}/documents")
+@router.get("/{kb}/documents", **answers(DocumentList))
 async def list_documents(
     request: Request,
     kb: str,
@@ -479,14 +498,14 @@ async def list_documents(
     return body
 
 
-@router.get("/{kb}/documents/{document_id}")
+@router.get("/{kb}/documents/{document_id}", **answers(DocumentShape))
 async def get_document(request: Request, kb: str, document_id: str) -> dict[str, Any]:
     service, owner = await _context(request)
     _, document = await _document(service, owner, kb, document_id)
     return document_json(document)
 
 
-@router.delete("/{kb}/documents/{document_id}")
+@router.delete("/{kb}/documents/{document_id}", **answers(Deleted))
 async def delete_document(request: Request, kb: str, document_id: str) -> dict[str, Any]:
     """The document, its chunks and its file; it is no longer found at once."""
     service, owner = await _context(request)
@@ -498,7 +517,7 @@ async def delete_document(request: Request, kb: str, document_id: str) -> dict[s
     return {"id": document_id, "object": "knowledge_base.document.deleted", "deleted": True}
 
 
-@router.post("/{kb}/documents/{document_id}/cancel")
+@router.post("/{kb}/documents/{document_id}/cancel", **answers(DocumentShape, errors=(409,)))
 async def cancel_document(request: Request, kb: str, document_id: str) -> dict[str, Any]:
     """Stop indexing a queued or indexing document (409 otherwise)."""
     service, owner = await _context(request)
@@ -509,7 +528,10 @@ async def cancel_document(request: Request, kb: str, document_id: str) -> dict[s
         raise _document_not_found(document_id) from None
 
 
-@router.post("/{kb}/documents/{document_id}/reindex")
+@router.post(
+    "/{kb}/documents/{document_id}/reindex",
+    **answers(DocumentShape, status=202, errors=(409, 503)),
+)
 async def reindex_document(request: Request, kb: str, document_id: str) -> JSONResponse:
     """Queue a ready, failed or cancelled document again (409 while pending)."""
     service, owner = await _context(request)
@@ -521,7 +543,11 @@ async def reindex_document(request: Request, kb: str, document_id: str) -> JSONR
     return _json(document_json(document), 202)
 
 
-@router.get("/{kb}/documents/{document_id}/content")
+@router.get(
+    "/{kb}/documents/{document_id}/content",
+    response_class=FileResponse,
+    **answers(content=_FILE, description="The original bytes, as an attachment."),
+)
 async def document_content(request: Request, kb: str, document_id: str) -> FileResponse:
     """The original bytes, as an attachment."""
     service, owner = await _context(request)

@@ -66,6 +66,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from parley.api.errors import validation_error
+from parley.api.openapi import answers
+from parley.api.shapes import McpImport, McpServer, McpServerDeleted, McpServerList, McpToolList
 from parley.api.state import AppState
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, PermissionDenied
 from parley.mcp.settings import (
@@ -406,7 +408,7 @@ def _imported(entry: Any) -> McpServerSettings:
 # --- routes ------------------------------------------------------------------------------
 
 
-@router.get("/v1/mcp/servers")
+@router.get("/v1/mcp/servers", **answers(McpServerList))
 async def list_servers(request: Request) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     caller = await state.auth.caller(request)
@@ -420,7 +422,7 @@ async def list_servers(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/mcp/servers", status_code=201)
+@router.post("/v1/mcp/servers", **answers(McpServer, status=201, errors=(409,)))
 async def create_server(state: AdminState, body: ServerCreate) -> dict[str, Any]:
     """Store a server; it connects on first use, never here."""
     if state.mcp.configured(body.name):
@@ -433,7 +435,7 @@ async def create_server(state: AdminState, body: ServerCreate) -> dict[str, Any]
     return _view(state, body.name, admin=True)
 
 
-@router.post("/v1/mcp/servers/import")
+@router.post("/v1/mcp/servers/import", **answers(McpImport))
 async def import_servers(
     state: AdminState,
     body: ServerImport,
@@ -484,7 +486,7 @@ async def import_servers(
     return {"object": "mcp.import", "created": created, "updated": updated, "skipped": skipped}
 
 
-@router.get("/v1/mcp/servers/{name}")
+@router.get("/v1/mcp/servers/{name}", **answers(McpServer))
 async def get_server(request: Request, name: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     caller = await state.auth.caller(request)
@@ -492,7 +494,7 @@ async def get_server(request: Request, name: str) -> dict[str, Any]:
     return _view(state, name, admin=caller.admin)
 
 
-@router.patch("/v1/mcp/servers/{name}")
+@router.patch("/v1/mcp/servers/{name}", **answers(McpServer, errors=(409,)))
 async def update_server(state: AdminState, name: str, body: ServerUpdate) -> dict[str, Any]:
     """The fields sent replace the stored ones whole; the result is checked as a whole."""
     if state.mcp.configured(name):
@@ -520,7 +522,7 @@ async def update_server(state: AdminState, name: str, body: ServerUpdate) -> dic
     return _view(state, name, admin=True)
 
 
-@router.delete("/v1/mcp/servers/{name}")
+@router.delete("/v1/mcp/servers/{name}", **answers(McpServerDeleted, errors=(409,)))
 async def delete_server(state: AdminState, name: str) -> dict[str, Any]:
     """Forget the server; its connection, if any, is closed."""
     if state.mcp.configured(name):
@@ -533,7 +535,7 @@ async def delete_server(state: AdminState, name: str) -> dict[str, Any]:
     return {"id": name, "name": name, "object": "mcp.server.deleted", "deleted": True}
 
 
-@router.get("/v1/mcp/servers/{name}/tools")
+@router.get("/v1/mcp/servers/{name}/tools", **answers(McpToolList, errors=(409, 502)))
 async def list_server_tools(request: Request, name: str) -> dict[str, Any]:
     """The server's tools, connecting (or starting it) if need be."""
     state: AppState = request.app.state.parley

@@ -27,7 +27,9 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from parley.api.openapi import answers
 from parley.api.pages import page
+from parley.api.shapes import Deleted, MemoryHits, MemoryList, MemoryRecord
 from parley.api.state import AppState
 from parley.errors import InvalidRequest, NotFound
 from parley.memory.store import GLOBAL, MAX_TEXT_CHARS, Memory
@@ -87,7 +89,7 @@ async def _scope(state: AppState, owner: str, assistant: str | None) -> str:
         ) from None
 
 
-@router.get("")
+@router.get("", **answers(MemoryList, errors=(404,)))
 async def list_memories(
     request: Request,
     limit: int = Query(default=20, ge=1, le=100),
@@ -106,7 +108,7 @@ async def list_memories(
     return page(rows, limit, memory_json)
 
 
-@router.post("")
+@router.post("", **answers(MemoryRecord, status=201, errors=(404,)))
 async def create_memory(request: Request, body: MemoryCreate) -> Response:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -117,7 +119,7 @@ async def create_memory(request: Request, body: MemoryCreate) -> Response:
     )
 
 
-@router.post("/search")
+@router.post("/search", **answers(MemoryHits, errors=(404,)))
 async def search_memories(request: Request, body: MemorySearch) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -129,7 +131,7 @@ async def search_memories(request: Request, body: MemorySearch) -> dict[str, Any
     }
 
 
-@router.get("/{memory_id}")
+@router.get("/{memory_id}", **answers(MemoryRecord))
 async def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -139,7 +141,7 @@ async def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
         raise _not_found(memory_id) from None
 
 
-@router.patch("/{memory_id}")
+@router.patch("/{memory_id}", **answers(MemoryRecord))
 async def update_memory(request: Request, memory_id: str, body: MemoryPatch) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
@@ -149,7 +151,7 @@ async def update_memory(request: Request, memory_id: str, body: MemoryPatch) -> 
         raise _not_found(memory_id) from None
 
 
-@router.delete("/{memory_id}")
+@router.delete("/{memory_id}", **answers(Deleted))
 async def delete_memory(request: Request, memory_id: str) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)

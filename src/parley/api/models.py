@@ -6,12 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from parley.api.openapi import answers
+from parley.api.shapes import ModelList
 from parley.api.state import AppState
 
 router = APIRouter()
 
 
-@router.get("/v1/models", tags=["models"])
+@router.get("/v1/models", tags=["models"], **answers(ModelList))
 async def list_models(request: Request) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     await state.auth.owner(request)

@@ -16,8 +16,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.responses import Response
 
-from parley.api.chat import completion_body, finished, read_body, stream_response
+from parley.api.chat import STREAM, completion_body, finished, read_body, stream_response
+from parley.api.completion_shapes import Task
 from parley.api.errors import validation_error
+from parley.api.openapi import answers, json_body
 from parley.api.state import AppState
 from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest
@@ -49,12 +51,8 @@ class TaskRequest(BaseModel):
 
 @router.post(
     "/v1/tasks",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": TaskRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra=json_body(TaskRequest),
+    **answers(Task, errors=(404, 408, 413, 429, 502, 503, 504), content=STREAM),
 )
 async def run_task(request: Request) -> Response:
     """Run the agent on a task and return (or stream) the result."""

@@ -17,6 +17,8 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
+from parley.api.openapi import answers
+from parley.api.shapes import Usage
 from parley.api.state import AppState
 from parley.errors import NotFound, PermissionDenied
 from parley.identity import LOCAL_KEY
@@ -26,7 +28,7 @@ from parley.store.usage import PeriodUsage, UsageStore, period_end, periods
 router = APIRouter(tags=["usage"])
 
 
-@router.get("/v1/usage")
+@router.get("/v1/usage", **answers(Usage, errors=(404,)))
 async def get_usage(
     request: Request,
     key_id: str | None = Query(default=None, max_length=64, description="Admins only."),

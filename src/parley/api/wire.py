@@ -8,9 +8,19 @@ Tools given as full definitions are the client's; plain strings name server tool
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    create_model,
+)
 
 from parley.conversations.approvals import Decision
 from parley.conversations.turns import ChatTurn, ToolAnswer
@@ -159,6 +169,18 @@ class ChatCompletionRequest(_Wire):
         list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] | None
     ) = Field(default=None, max_length=20)
     """Knowledge bases (ids or names) to search for this turn, instead of the assistant's."""
+
+
+def options_model(name: str, doc: str, drop: Iterable[str], **fields: Any) -> type[BaseModel]:
+    """A model that documents the body of a route answering like chat completions: the
+    fields of ``ChatCompletionRequest`` but ``drop``, and ``fields`` as (type, Field)."""
+    dropped = set(drop)
+    kept: dict[str, Any] = {
+        field: (info.annotation, copy.copy(info))
+        for field, info in ChatCompletionRequest.model_fields.items()
+        if field not in dropped
+    }
+    return create_model(name, __base__=_Wire, __doc__=doc, **kept, **fields)
 
 
 _PASSTHROUGH = sorted(SAMPLING_OPTIONS)

@@ -1,0 +1,231 @@
+"""The served OpenAPI schema, made to say what the server does.
+
+FastAPI writes most of ``/openapi.json`` from the routes; ``install`` finishes it:
+
+- **Security.** Every operation takes a key as ``Authorization: Bearer <key>`` (the
+  ``bearer`` scheme) or ``x-api-key`` (``apiKey``), except those marked ``public()``.
+  Keyless loopback use, which exists only while no key does, is not a scheme: it is the
+  machine's own user, and is described in the schema's description.
+- **Errors** are the OpenAI error object (``ErrorResponse``). FastAPI documents 422
+  "Validation Error" for every route; Parley answers bad input with 400, OpenAI-style
+  (``api/errors.py``), so 422 is replaced by 400. Every secured operation may answer 401
+  and 403 (a key that is missing or wrong; a key that may not do this, or keyless access
+  from a page elsewhere), one with parameters or a body 400, one with path parameters
+  404. A route names its other failures itself: ``answers(..., errors=(409,))``.
+- **Bodies declared by hand** (routes that read their own body, to authenticate first or
+  to take several shapes) embed pydantic schemas whose ``$defs`` do not resolve in an
+  OpenAPI document: they are moved into ``components/schemas``.
+
+What belongs here: the helpers routes use to document what they answer (``answers``,
+``json_body``, ``event_stream``, ``public``) and the finishing of the document. What does
+not: the shapes of the answers (``api/shapes.py``, ``api/completion_shapes.py``,
+``api/chatchat_shapes.py``), mapping errors to responses (``api/errors.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict
+
+REF = "#/components/schemas/{model}"
+"""Where a schema embedded by hand refers to its parts."""
+_DEFS_REF = "#/$defs/"
+_COMPONENTS_REF = "#/components/schemas/"
+SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"apiKey": []}]
+METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
+
+FAILURES: dict[int, str] = {
+    400: "Bad request: a parameter or the body is invalid; `param` names the field "
+    "(`messages.0.role`).",
+    401: "No valid API key: send `Authorization: Bearer <key>` or `x-api-key`.",
+    403: "Not allowed: this needs an admin key, or keyless loopback access came from a page "
+    "elsewhere (Host or Origin not loopback).",
+    404: "Not found. Another owner's ids answer exactly like missing ones.",
+    408: "The body did not arrive within `server.body_timeout_seconds`; the connection closes.",
+    409: "Conflict with the current state (the code says which).",
+    411: "An upload without Content-Length: its size is checked before it is read.",
+    413: "The body is larger than the server takes.",
+    415: "The body must be `application/json`.",
+    429: "Too many requests in flight for this key, or the upstream rate-limits (Retry-After).",
+    502: "The upstream failed or gave an unusable answer.",
+    503: "Overloaded, or the upstream is unavailable; try again after Retry-After seconds.",
+    504: "The upstream timed out.",
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again.",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    }
+}
+
+
+class ErrorObject(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """The OpenAI error object, the body of every failure."""
+
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorObject
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A reference to ``model``'s schema, carrying its definitions (moved into the
+    components when the document is finished)."""
+    schema = model.model_json_schema(ref_template=REF)
+    defs = schema.pop("$defs", {})
+    return {"$ref": REF.format(model=model.__name__), "$defs": {**defs, model.__name__: schema}}
+
+
+def failure(status: int) -> dict[str, Any]:
+    """The documented response of one failure status."""
+    response: dict[str, Any] = {
+        "description": FAILURES[status],
+        "content": {"application/json": {"schema": model_schema(ErrorResponse)}},
+    }
+    if status in (429, 503):
+        response["headers"] = _RETRY_AFTER
+    return response
+
+
+def answers(
+    model: type[BaseModel] | None = None,
+    *,
+    status: int = 200,
+    errors: Iterable[int] = (),
+    description: str = "Successful Response",
+    content: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for a route decorator: ``model`` (JSON) answered with ``status``,
+    or ``content`` by media type, and the failures beyond those every operation shares
+    (see the module's docstring). The schema is documentation only: the route's own
+    code writes the body."""
+    success: dict[str, Any] = {"description": description}
+    media: dict[str, Any] = {}
+    if model is not None:
+        media["application/json"] = {"schema": model_schema(model)}
+    media.update(content or {})
+    if media:
+        success["content"] = media
+    responses: dict[int | str, dict[str, Any]] = {status: success}
+    responses.update({code: failure(code) for code in errors})
+    return {"status_code": status, "response_model": None, "responses": responses}
+
+
+def event_stream(*events: type[BaseModel], description: str) -> dict[str, Any]:
+    """A ``text/event-stream`` whose ``data:`` lines hold one of ``events`` as JSON; the
+    stream may end with ``data: [DONE]`` and carry ``: ping`` comments."""
+    json_data = {
+        "type": "string",
+        "contentMediaType": "application/json",
+        "contentSchema": {"anyOf": [model_schema(event) for event in events]},
+    }
+    return {
+        "text/event-stream": {
+            "schema": {"type": "string", "description": description},
+            "itemSchema": {
+                "type": "object",
+                "required": ["data"],
+                "properties": {
+                    "data": {"anyOf": [{"type": "string", "const": "[DONE]"}, json_data]},
+                    "event": {"type": "string"},
+                },
+            },
+        }
+    }
+
+
+def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads its JSON body itself."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {"application/json": {"schema": model_schema(model)}},
+        }
+    }
+
+
+def public() -> dict[str, Any]:
+    """``openapi_extra`` for a route that needs no key."""
+    return {"security": []}
+
+
+def install(app: FastAPI) -> None:
+    """Serve the finished document (built once, on the first request for it)."""
+    build: Callable[[], dict[str, Any]] = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = finish(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def finish(document: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's document with Parley's security, errors and hoisted definitions."""
+    document = copy.deepcopy(document)  # it shares dictionaries with the routes
+    components = document.setdefault("components", {})
+    components["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "A Parley API key."},
+        "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+    }
+    for item in document.get("paths", {}).values():
+        for method, operation in item.items():
+            if method in METHODS:
+                _finish_operation(operation)
+    schemas = components.setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    found: dict[str, Any] = {}
+    _hoist(document, found)
+    for name, schema in found.items():
+        if schemas.setdefault(name, schema) != schema:
+            raise RuntimeError(f"two different schemas are named {name!r} in the API")
+    return document
+
+
+def _finish_operation(operation: dict[str, Any]) -> None:
+    responses: dict[str, Any] = operation.setdefault("responses", {})
+    if responses.get("422", {}).get("description") == "Validation Error":
+        del responses["422"]  # FastAPI's: Parley answers 400 (api/errors.py)
+    parameters = operation.get("parameters", [])
+    shared: list[int] = []
+    if parameters or "requestBody" in operation:
+        shared.append(400)
+    if operation.setdefault("security", SECURITY):
+        shared += [401, 403]
+    if any(p.get("in") == "path" for p in parameters):
+        shared.append(404)
+    for status in shared:
+        responses.setdefault(str(status), failure(status))
+    operation["responses"] = dict(sorted(responses.items()))
+
+
+def _hoist(node: Any, found: dict[str, Any]) -> None:
+    """Collect every ``$defs`` into ``found`` and point its references to the components."""
+    if isinstance(node, list):
+        for item in node:
+            _hoist(item, found)
+        return
+    if not isinstance(node, dict):
+        return
+    for name, schema in node.pop("$defs", {}).items():
+        _hoist(schema, found)
+        if found.setdefault(name, schema) != schema:
+            raise RuntimeError(f"two different schemas are named {name!r} in the API")
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_DEFS_REF):
+        node["$ref"] = _COMPONENTS_REF + ref.removeprefix(_DEFS_REF)
+    for value in node.values():
+        _hoist(value, found)
