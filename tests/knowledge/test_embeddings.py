@@ -9,7 +9,7 @@ import asyncio
 import base64
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,7 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from parley.knowledge import embeddings
 from parley.knowledge.embeddings import (
@@ -36,6 +32,7 @@ from parley.knowledge.embeddings import (
     to_bytes,
 )
 from parley.knowledge.types import EmbeddingError
+from tests.support.mock_embeddings import Endpoint, Handler, good_answer
 from tests.support.server import free_port
 
 pytestmark = pytest.mark.anyio
@@ -138,67 +135,6 @@ async def test_hash_embedder_many_texts_match_one_by_one() -> None:
 
 
 # --- OpenAIEmbedder against a real endpoint ----------------------------------------------
-
-Handler = Callable[[dict[str, Any]], Response]
-
-
-def good_answer(body: dict[str, Any], width: int = 8, *, honour_format: bool = True) -> Response:
-    """Deterministic vectors (not unit length), listed in reverse order of index: base64
-    float32 when ``encoding_format`` asks for it (as OpenAI does), else lists of numbers."""
-    base64_wanted = honour_format and body.get("encoding_format") == "base64"
-    data = []
-    for index, text in enumerate(body["input"]):
-        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
-        vector = np.random.default_rng(seed).normal(size=width) * 3
-        embedding: Any = (
-            base64.b64encode(vector.astype("<f4").tobytes()).decode()
-            if base64_wanted
-            else vector.tolist()
-        )
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
-    return JSONResponse({"object": "list", "model": body["model"], "data": data[::-1], "usage": {}})
-
-
-class Endpoint:
-    """``POST /v1/embeddings`` on loopback; each test sets ``handler``."""
-
-    def __init__(self) -> None:
-        self.handler: Handler = good_answer
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.delay = 0.0
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def _embeddings(self, request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return self.handler(body)
-
-    def __enter__(self) -> Endpoint:
-        app = Starlette(routes=[Route("/v1/embeddings", self._embeddings, methods=["POST"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            threading.Event().wait(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        assert self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")

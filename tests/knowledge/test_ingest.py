@@ -5,7 +5,8 @@ another model, the queue's bound, and deleting while indexing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -307,3 +308,80 @@ async def test_a_run_superseded_by_a_reindex_writes_nothing_more(
         assert ready.chunks_total == ready.chunks_done == stored
     finally:
         await knowledge.close()
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    for _ in range(500):
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("never happened")
+
+
+async def test_a_run_whose_document_is_deleted_meanwhile_ends_quietly(
+    database: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The deletion is over (the row is gone) before the run writes its first chunks:
+    those writes are dropped, not failed (they failed on the foreign key)."""
+    knowledge, embedder, base, document = await mid_document(database, tmp_path)
+    try:
+        await knowledge.delete_document("alice", base.id, document.id)
+        await eventually(lambda: gone(knowledge, document.id))
+        embedder.gate.set()
+        await asyncio.wait_for(knowledge.ingestor.idle.wait(), 10)
+        assert await database.read(lambda conn: chunk_count(conn, document.id)) == 0
+        assert errors(caplog) == []
+    finally:
+        await knowledge.close()
+
+
+async def test_a_run_whose_base_is_deleted_meanwhile_ends_quietly(
+    database: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    knowledge, embedder, base, document = await mid_document(database, tmp_path)
+    try:
+        await knowledge.delete("alice", base.id)
+        await eventually(lambda: gone(knowledge, document.id))
+        embedder.gate.set()
+        await asyncio.wait_for(knowledge.ingestor.idle.wait(), 10)
+
+        def left(conn: Connection) -> int:
+            statement = select(func.count()).where(kb_chunks.c.kb_id == base.id)
+            return int(conn.execute(statement).scalar_one())
+
+        assert await database.read(left) == 0
+        assert errors(caplog) == []
+        again = await knowledge.create("alice", "harbours")  # its name is free
+        assert await knowledge.search("alice", [again], "Velmora lighthouses", top_k=3) == []
+    finally:
+        await knowledge.close()
+
+
+async def test_a_document_replaced_while_it_indexes_leaves_only_the_new_one_searchable(
+    database: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Chatchat's override: the new file is stored, then the old one (mid-run) deleted."""
+    knowledge, embedder, base, old = await mid_document(database, tmp_path)
+    try:
+        new_text = TEXT.replace("Velmora", "Ostrava").encode()
+        new = await knowledge.upload("alice", base, "v.txt", None, pieces(new_text))
+        await knowledge.delete_document("alice", base.id, old.id)
+        await eventually(lambda: gone(knowledge, old.id))
+        embedder.gate.set()
+        assert await settled(knowledge, "alice", base.id, new.id) == "ready"
+        await asyncio.wait_for(knowledge.ingestor.idle.wait(), 10)
+        assert await database.read(lambda conn: chunk_count(conn, old.id)) == 0
+        assert await knowledge.search("alice", [base], "Velmora", top_k=3) == []
+        found = await knowledge.search("alice", [base], "Ostrava lighthouses", top_k=3)
+        assert {r.chunk.document_id for r in found} == {new.id}
+        assert errors(caplog) == []
+    finally:
+        await knowledge.close()
+
+
+async def gone(knowledge: KnowledgeService, document_id: str) -> bool:
+    return await knowledge.store.document_by_id(document_id) is None

@@ -206,7 +206,8 @@ async def _unindex(service: KnowledgeService, owner: str, kb_id: str, document_i
     try:
         await service.store.cancel(owner, kb_id, document_id)
     except Conflict:  # ready or failed: queue it again, then cancel that
-        await service.reindex(owner, kb_id, document_id)
+        with suppress(Conflict):  # queued by another call meanwhile: cancelled all the same
+            await service.reindex(owner, kb_id, document_id)
         with suppress(Conflict):
             await service.store.cancel(owner, kb_id, document_id)
 
@@ -395,7 +396,8 @@ async def _store_upload(
     override: bool,
 ) -> Document:
     """Store one file; ``_Refused`` when Chatchat's rule keeps the existing file. Older
-    files of the name are deleted once the new one is stored."""
+    files of the name are deleted once the new one is stored (only older ones: of two
+    uploads of a name at once, the newer is kept)."""
     existing = await _named(service, owner, base.id, filename)
     if existing and not override and upload.size is not None and existing[-1].size == upload.size:
         raise _Refused(f"file {filename} already exists")
@@ -406,9 +408,10 @@ async def _store_upload(
 
     document = await service.upload(owner, base, filename, upload.content_type, pieces())
     for old in await _named(service, owner, base.id, document.filename):
-        if old.id != document.id:
-            with suppress(LookupError):
-                await service.delete_document(owner, base.id, old.id)
+        if old.id == document.id:
+            break
+        with suppress(LookupError):
+            await service.delete_document(owner, base.id, old.id)
     return document
 
 

@@ -8,8 +8,13 @@ last transaction that also bumps its knowledge base's version. Only then is it s
 
 - **Bounded**: the store refuses a new document when ``knowledge.max_queued_documents``
   are pending server-wide; ``knowledge.workers`` documents are indexed at once.
-- **Cancellable**: cancelling or deleting a document changes its status; the worker sees
-  that at its next progress write, stops, and removes what it wrote.
+- **One run, one owner**: each start of indexing is a new run of the document
+  (``start_indexing`` numbers it), and every write of a run (a batch of chunks, its
+  progress, its end) is a transaction that first checks the document is still that
+  run's (``is_current_run``). Cancelling, deleting or replacing a document, deleting
+  its base, or queuing it again therefore stops the run at its next write, which is
+  dropped, not failed: the run ends quietly and removes what it wrote, unless a newer
+  run owns the document by then.
 - **Resumed after a restart**: ``start`` queues every document still queued, and those a
   crash left indexing (their partial chunks are removed first), oldest first.
 - **Embeddings are best effort** (Rikkahub's rule): with no embedder, one whose model is
@@ -39,7 +44,8 @@ from parley.knowledge.index import ChunkRow, chunk_rows, insert_rows
 from parley.knowledge.types import Chunk, Embedder, EmbeddingError, UnreadableDocument
 from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
-from parley.store.knowledge import Document, KnowledgeStore
+from parley.store.kb_documents import is_current_run
+from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore
 
 if TYPE_CHECKING:
     from parley.knowledge.types import Vectors
@@ -79,11 +85,8 @@ class Ingestor:
         self._workers = workers
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._runs: dict[str, int] = {}
-        """The latest indexing run of each document being indexed here: a run that is
-        no longer the latest (the document was cancelled and queued again meanwhile)
-        stops before its next write and leaves the chunks to the newer run."""
-        self._run_count = 0
+        self._running = 0
+        """Runs in progress (the queue is idle when it is empty and none runs)."""
         self._purges: set[asyncio.Task[None]] = set()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -162,30 +165,29 @@ class Ingestor:
         while True:
             document_id = await self._queue.get()
             try:
-                await self._ingest(document_id)
+                run = await self._store.start_indexing(document_id)
+                if run is not None:  # else cancelled or deleted while it waited
+                    await self._run(document_id, run)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("indexing document %s failed", document_id)
-                await self._fail(document_id, "internal error while indexing (see server log)")
+                log.exception("could not start indexing document %s", document_id)
             finally:
                 self._queue.task_done()
-                if self._queue.empty() and not self._runs:
+                if self._queue.empty() and not self._running:
                     self.idle.set()
 
-    async def _ingest(self, document_id: str) -> None:
-        if not await self._store.start_indexing(document_id):
-            return  # cancelled or deleted while it waited
-        self._run_count += 1
-        run = self._runs[document_id] = self._run_count
+    async def _run(self, document_id: str, run: int) -> None:
+        self._running += 1
         try:
             await self._index(document_id, run)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("indexing document %s failed", document_id)
+            await self._fail(document_id, run, "internal error while indexing (see server log)")
         finally:
-            if self._runs.get(document_id) == run:
-                del self._runs[document_id]
-
-    def _superseded(self, document_id: str, run: int) -> bool:
-        return self._runs.get(document_id) != run
+            self._running -= 1
 
     async def _index(self, document_id: str, run: int) -> None:
         document = await self._store.document_by_id(document_id)
@@ -194,8 +196,9 @@ class Ingestor:
         try:
             base = await self._store.get(document.owner, document.kb_id)
         except LookupError:
-            return
-        await self._store.purge_chunks(document_id)  # left by a crash or a previous index
+            return  # its base is being deleted (and the document with it)
+        # left by a crash or an earlier run
+        await self._store.purge_chunks(document_id, run=run)
         try:
             chunks, pages, title = await asyncio.to_thread(
                 _read,
@@ -205,16 +208,25 @@ class Ingestor:
                 base.chunk_overlap,
             )
         except UnreadableDocument as exc:
-            await self._store.finish(document_id, "failed", error=str(exc))
+            await self._store.finish(document_id, run, "failed", error=str(exc))
             return
         except OSError as exc:
+            if not await self._store.progress(document_id, run, chunks_done=0):
+                return  # deleted meanwhile: its file went with it
             log.warning("document %s: cannot read its file: %s", document_id, exc)
-            await self._store.finish(document_id, "failed", error="the stored file cannot be read")
+            error = "the stored file cannot be read"
+            await self._store.finish(document_id, run, "failed", error=error)
             return
-        if self._superseded(document_id, run) or not await self._store.progress(
-            document_id, chunks_done=0, chunks_total=len(chunks), pages=pages, title=title
+        if not await self._store.progress(
+            document_id, run, chunks_done=0, chunks_total=len(chunks), pages=pages, title=title
         ):
             return await self._stopped(document_id, run)
+        await self._index_chunks(document, base, chunks, run)
+
+    async def _index_chunks(
+        self, document: Document, base: KnowledgeBase, chunks: list[Chunk], run: int
+    ) -> None:
+        """Embed and write the chunks a batch at a time, then mark the document ready."""
         embedder, note = self._embedder, None
         if embedder is None:
             note = "no embedding model is configured: found by its words only"
@@ -234,7 +246,7 @@ class Ingestor:
                 try:
                     vectors = await self._cache.embed(embedder, [c.text for c in batch])
                 except EmbeddingError as exc:
-                    log.warning("document %s: embedding failed: %s", document_id, exc)
+                    log.warning("document %s: embedding failed: %s", document.id, exc)
                     note = f"embedding failed ({exc}): found by its words only"
                     embedder = None
             if vectors is not None and embedder is not None and not model_recorded:
@@ -245,22 +257,22 @@ class Ingestor:
                     embedder, vectors = None, None
                 model_recorded = True
             if not await self._write(document, batch, vectors, run):
-                return await self._stopped(document_id, run)
+                return await self._stopped(document.id, run)
             done += len(batch)
-            if not await self._store.progress(document_id, chunks_done=done):
-                return await self._stopped(document_id, run)
-        version = await self._store.finish(document_id, "ready", error=note)
+            if not await self._store.progress(document.id, run, chunks_done=done):
+                return await self._stopped(document.id, run)
+        version = await self._store.finish(document.id, run, "ready", error=note)
         if version is None:
-            return await self._stopped(document_id, run)
-        self._vectors.document_ready(base.id, version, document_id)
-        log.info("document %s (%s): %d chunks indexed", document_id, document.filename, done)
+            return await self._stopped(document.id, run)
+        self._vectors.document_ready(base.id, version, document.id)
+        log.info("document %s (%s): %d chunks indexed", document.id, document.filename, done)
 
     async def _write(
         self, document: Document, chunks: Sequence[Chunk], vectors: Vectors | None, run: int
     ) -> bool:
         """Rows are made in a thread (terms, hashes, vector bytes); each transaction on
-        the event loop only writes ``INSERT_BATCH`` of them. False: the run was
-        superseded (nothing more is written)."""
+        the event loop only writes ``INSERT_BATCH`` of them, if the document is still
+        the run's. False: it no longer is (nothing more is written)."""
         rows = await asyncio.to_thread(
             chunk_rows,
             owner=document.owner,
@@ -270,29 +282,33 @@ class Ingestor:
             vectors=vectors,
         )
         for start in range(0, len(rows), INSERT_BATCH):
-            if self._superseded(document.id, run):
+            batch = rows[start : start + INSERT_BATCH]
+            if not await self._db.write(partial(_insert, document.id, run, batch)):
                 return False
-            await self._db.write(partial(_insert, rows[start : start + INSERT_BATCH]))
             await asyncio.sleep(0)  # an inline SQLite write never yields by itself
         return True
 
     async def _stopped(self, document_id: str, run: int) -> None:
-        """The document was cancelled or deleted while indexing: remove what was written
-        (a deletion removes the row itself), unless a newer run owns the document now
-        (it purged what this run wrote when it began)."""
-        if not self._superseded(document_id, run):
-            await self._store.purge_chunks(document_id)
+        """The document stopped being the run's (cancelled, queued again, deleted or
+        replaced, its base deleted): remove what the run wrote, unless a newer run owns
+        the document now (it purged that when it began). A deletion removes the rest."""
+        await self._store.purge_chunks(document_id, run=run)
 
-    async def _fail(self, document_id: str, error: str) -> None:
+    async def _fail(self, document_id: str, run: int, error: str) -> None:
         try:
-            await self._store.finish(document_id, "failed", error=error)
-            await self._store.purge_chunks(document_id)
+            await self._store.finish(document_id, run, "failed", error=error)
+            await self._store.purge_chunks(document_id, run=run)
         except Exception:
             log.exception("could not mark document %s failed", document_id)
 
 
-def _insert(rows: Sequence[ChunkRow], conn: Connection) -> None:
+def _insert(document_id: str, run: int, rows: Sequence[ChunkRow], conn: Connection) -> bool:
+    """Write the rows if the document is still the run's, in the same transaction that
+    checks it; False (nothing written) if not."""
+    if not is_current_run(conn, document_id, run):
+        return False
     insert_rows(conn, rows)
+    return True
 
 
 def _read(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import httpx
 from sqlalchemy import Connection, select
 
-from parley.errors import ConfigurationError, InvalidRequest, NotFound, Overloaded
+from parley.errors import ConfigurationError, Conflict, InvalidRequest, NotFound, Overloaded
 from parley.ids import new_id
 from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
@@ -228,9 +228,14 @@ class KnowledgeService:
             )
         await self.store.reset_embedding_model(owner, base.id)
         self.vectors.forget_base(base.id)
+        queued = 0
         for document in ready:
-            await self.reindex(owner, base.id, document.id)
-        return len(ready)
+            try:
+                await self.reindex(owner, base.id, document.id)
+            except (LookupError, Conflict):  # deleted, or queued by another call, meanwhile
+                continue
+            queued += 1
+        return queued
 
     def file(self, document: Document) -> Path:
         return document_path(self._files, document.kb_id, document.id)

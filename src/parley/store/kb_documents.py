@@ -8,6 +8,12 @@ Every change to what is searchable bumps its base's ``version`` in the same
 transaction. Chunks are deleted a batch per transaction (``purge_chunks``): SQLite
 writes run on the event loop.
 
+Each time a document starts indexing it gets a new run number (``run``). Every write of
+an indexing run (its chunks, its progress, its end) is made in a transaction that first
+checks, with ``is_current_run``, that the document still exists, is still indexing and
+is still that run's: a run whose document was deleted, replaced, cancelled or queued
+again meanwhile writes nothing more, whichever process runs it.
+
 What does not belong here: knowledge bases themselves (``store/knowledge.py``), chunks'
 own SQL (``knowledge/index.py``).
 """
@@ -220,31 +226,41 @@ class DocumentOps:
 
         return await self._db.read(query)
 
-    async def start_indexing(self, document_id: str) -> bool:
-        """queued -> indexing; False when the document is no longer queued (cancelled,
-        deleted) and must not be indexed."""
+    async def start_indexing(self, document_id: str) -> int | None:
+        """queued -> indexing under a new run number, which is returned; None when the
+        document is no longer queued (cancelled, deleted) and must not be indexed."""
 
-        def transaction(conn: Connection) -> bool:
+        def transaction(conn: Connection) -> int | None:
             result = conn.execute(
                 update(kb_documents)
                 .where(kb_documents.c.id == document_id, kb_documents.c.status == "queued")
-                .values(status="indexing", error=None, chunks_done=0, updated_at=time.time())
+                .values(
+                    status="indexing",
+                    error=None,
+                    chunks_done=0,
+                    run=kb_documents.c.run + 1,
+                    updated_at=time.time(),
+                )
             )
-            return bool(result.rowcount)
+            if not result.rowcount:
+                return None
+            run = conn.execute(select(kb_documents.c.run).where(kb_documents.c.id == document_id))
+            return int(run.scalar_one())
 
         return await self._db.write(transaction)
 
     async def progress(
         self,
         document_id: str,
+        run: int,
         *,
         chunks_done: int,
         chunks_total: int | None = None,
         pages: int | None = None,
         title: str | None = None,
     ) -> bool:
-        """Record progress of an indexing document; False when it stopped being
-        ``indexing`` (cancelled or deleted): the worker then stops."""
+        """Record the progress of indexing ``run``; False when the document is no longer
+        that run's (cancelled, deleted, queued again): the run then stops."""
         values: dict[str, Any] = {"chunks_done": chunks_done, "updated_at": time.time()}
         if chunks_total is not None:
             values["chunks_total"] = chunks_total
@@ -255,26 +271,23 @@ class DocumentOps:
 
         def transaction(conn: Connection) -> bool:
             result = conn.execute(
-                update(kb_documents)
-                .where(kb_documents.c.id == document_id, kb_documents.c.status == "indexing")
-                .values(**values)
+                update(kb_documents).where(_run_of(document_id, run)).values(**values)
             )
             return bool(result.rowcount)
 
         return await self._db.write(transaction)
 
     async def finish(
-        self, document_id: str, status: DocumentStatus, *, error: str | None = None
+        self, document_id: str, run: int, status: DocumentStatus, *, error: str | None = None
     ) -> int | None:
-        """indexing -> ready / failed; with ready, the base's version is bumped in the
-        same transaction. The new version (ready) or None; None also when the document
-        was no longer indexing (the worker then purges what it wrote)."""
+        """indexing -> ready / failed, if the document is still ``run``'s; with ready,
+        the base's version is bumped in the same transaction. The new version (ready) or
+        None; None also when the document was no longer the run's (the run then purges
+        what it wrote)."""
 
         def transaction(conn: Connection) -> int | None:
             kb_id = conn.execute(
-                select(kb_documents.c.kb_id).where(
-                    kb_documents.c.id == document_id, kb_documents.c.status == "indexing"
-                )
+                select(kb_documents.c.kb_id).where(_run_of(document_id, run)).with_for_update()
             ).scalar()
             if kb_id is None:
                 return None
@@ -362,11 +375,20 @@ class DocumentOps:
 
         return await self._db.read(query)
 
-    async def purge_chunks(self, document_id: str) -> None:
+    async def purge_chunks(self, document_id: str, *, run: int | None = None) -> None:
         """Delete the document's chunks (and, by trigger, their index entries) a batch
-        per transaction."""
+        per transaction. With ``run``: only while no later run has started (each batch
+        checks it), so that a run stopping late never removes a newer run's chunks."""
 
         def transaction(conn: Connection) -> int:
+            if run is not None:
+                current = conn.execute(
+                    select(kb_documents.c.run)
+                    .where(kb_documents.c.id == document_id)
+                    .with_for_update()
+                ).scalar()
+                if current != run:
+                    return 0
             ids = select(kb_chunks.c.id).where(kb_chunks.c.document_id == document_id)
             result = conn.execute(
                 delete(kb_chunks).where(kb_chunks.c.id.in_(ids.limit(PURGE_BATCH)))
@@ -385,6 +407,24 @@ class DocumentOps:
             conn.execute(delete(kb_documents).where(kb_documents.c.id == document_id))
 
         await self._db.write(transaction)
+
+
+def is_current_run(conn: Connection, document_id: str, run: int) -> bool:
+    """Whether the document still exists, is indexing and is ``run``'s: what a run's
+    write checks in its own transaction before it writes (on PostgreSQL the row stays
+    locked until that transaction ends, so a deletion waits for it)."""
+    found = conn.execute(
+        select(kb_documents.c.id).where(_run_of(document_id, run)).with_for_update()
+    )
+    return found.first() is not None
+
+
+def _run_of(document_id: str, run: int) -> Any:
+    return and_(
+        kb_documents.c.id == document_id,
+        kb_documents.c.status == "indexing",
+        kb_documents.c.run == run,
+    )
 
 
 def _status(conn: Connection, owner: str, kb_id: str, document_id: str) -> str:

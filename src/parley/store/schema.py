@@ -224,6 +224,9 @@ kb_documents = Table(
     Column("chunks_done", Integer, nullable=False),
     Column("pages", Integer, nullable=True),
     Column("title", Text, nullable=True),
+    # the number of its latest indexing run: a run writes only while it is still this
+    # (store/kb_documents.py, is_current_run)
+    Column("run", Integer, nullable=False, server_default=text("0")),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Index("ix_kb_documents_kb_created", "kb_id", "created_at"),
