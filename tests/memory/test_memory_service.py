@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import zlib
@@ -18,6 +19,7 @@ import numpy.typing as npt
 import orjson
 import pytest
 
+from parley.errors import NotFound
 from parley.knowledge.types import EmbeddingError
 from parley.memory import service as memory_service
 from parley.memory.service import RRF_K, MemoryService, fuse
@@ -30,9 +32,11 @@ from parley.memory.tools import (
     memory_remember,
 )
 from parley.settings import Settings
+from parley.store.assistants import AssistantStore
 from parley.store.database import Database
 from parley.tools.protocol import ToolContext
 from parley.transforms.context import TransformContext
+from tests.support.assistants import own_assistants
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +81,8 @@ class ConceptEmbedder:
 
 
 @pytest.fixture
-def store(database: Database) -> MemoryStore:
+async def store(database: Database) -> MemoryStore:
+    await own_assistants(database, "alice", ASSISTANT)
     return MemoryStore(database)
 
 
@@ -449,3 +454,29 @@ async def test_the_tools_check_their_arguments(tmp_path: Path, service: MemorySe
     for tool in MEMORY_TOOLS:
         assert 0 < len(tool.spec.description) < 400
         assert "context" not in tool.spec.parameters["properties"]
+
+
+async def test_a_memory_embedded_while_its_assistant_is_deleted_is_not_kept(
+    database: Database, store: MemoryStore
+) -> None:
+    """``remember`` embeds first; the assistant and its memories are deleted meanwhile
+    (as ``DELETE /v1/assistants/{id}`` does): nothing is left behind, out of every
+    scope (before, the memory was written for the deleted assistant)."""
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    class Gated(ConceptEmbedder):
+        async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+            entered.set()
+            await gate.wait()
+            return await super().embed(texts)
+
+    service = MemoryService(store, Gated())
+    remembering = asyncio.create_task(service.remember("alice", ASSISTANT, "My cat is Tom"))
+    await asyncio.wait_for(entered.wait(), 10)
+    await AssistantStore(database).delete("alice", ASSISTANT)
+    await store.delete_all("alice", ASSISTANT)
+    gate.set()
+    with pytest.raises(NotFound) as refused:
+        await remembering
+    assert refused.value.code == "assistant_not_found"
+    assert await store.list("alice", limit=10) == []

@@ -19,6 +19,7 @@ from parley.memory.store import (
     assistant_of,
 )
 from parley.store.database import Database
+from tests.support.assistants import own_assistants
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +28,8 @@ OTHER_ASSISTANT = "asst_0000000000000000000000bb"
 
 
 @pytest.fixture
-def store(database: Database) -> MemoryStore:
+async def store(database: Database) -> MemoryStore:
+    await own_assistants(database, "alice", ASSISTANT, OTHER_ASSISTANT)
     return MemoryStore(database)
 
 

@@ -13,6 +13,10 @@ index on ``to_tsvector('simple', terms)``. A memory's vector (float32 bytes, lit
 endian, unit length) sits in its own row with the name of the model that made it, so
 deleting a memory deletes its vector and its index entry in the same transaction.
 
+A memory of an assistant is written only while the assistant exists, checked in the
+transaction that writes it (``ScopeGone``): a memory embedded while its assistant was
+being deleted is not left behind, out of every scope.
+
 Limits: ``MAX_TEXT_CHARS`` per memory, ``MAX_MEMORIES`` per owner (``MemoryLimitReached``
 when full; on PostgreSQL two writers racing at the limit may pass it by one each), and
 ``MAX_VECTORS`` vectors read for one vector search (the newest; older memories are then
@@ -39,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, or_, select, text, update
 
-from parley.errors import Conflict, InvalidRequest
+from parley.errors import Conflict, InvalidRequest, NotFound
 from parley.ids import new_id
 from parley.knowledge.lexical import (
     fts5_expression,
@@ -49,7 +53,7 @@ from parley.knowledge.lexical import (
 )
 from parley.store.assistants import ID_PREFIX as ASSISTANT_PREFIX
 from parley.store.database import Database
-from parley.store.schema import memories
+from parley.store.schema import assistants, memories
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,12 @@ class MemoryLimitReached(Conflict):
     code = "memory_limit_reached"
 
 
+class ScopeGone(NotFound):
+    """The assistant a memory was for was deleted (while its text was embedded)."""
+
+    code = "assistant_not_found"
+
+
 def assistant_of(scope: str) -> str | None:
     """The ``assistant_id`` of a scope: None for ``"global"``, else the assistant's id.
     ``ValueError`` for anything else (a name is not a scope)."""
@@ -145,7 +155,8 @@ class MemoryStore:
     ) -> Memory:
         """A new memory (its text cleaned by ``clean_text``), or the one the scope
         already holds with exactly this text (unchanged: remembering twice keeps one).
-        ``MemoryLimitReached`` when the owner already has ``MAX_MEMORIES``."""
+        ``MemoryLimitReached`` when the owner already has ``MAX_MEMORIES``; ``ScopeGone``
+        when the assistant is not (or no longer) the owner's."""
         body = clean_text(text)
         if assistant_id is not None:
             assistant_of(assistant_id)
@@ -170,6 +181,8 @@ class MemoryStore:
         )
 
         def transaction(conn: Connection) -> Memory:
+            if assistant_id is not None and not _assistant_exists(conn, owner, assistant_id):
+                raise ScopeGone(f"assistant {assistant_id!r} not found", param="assistant_id")
             existing = conn.execute(same.limit(1)).first()
             if existing is not None:
                 return _memory(existing._mapping)
@@ -385,6 +398,13 @@ class MemoryStore:
             return stored
 
         return await self._db.write(transaction) if rows else 0
+
+
+def _assistant_exists(conn: Connection, owner: str, assistant_id: str) -> bool:
+    found = conn.execute(
+        select(assistants.c.id).where(assistants.c.id == assistant_id, assistants.c.owner == owner)
+    )
+    return found.first() is not None
 
 
 def _in_scope(scope: str | None) -> list[ColumnElement[bool]]:
