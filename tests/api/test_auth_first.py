@@ -58,6 +58,29 @@ def test_every_operation_refuses_an_unknown_caller_before_reading_the_body(
     assert not wrong, wrong
 
 
+@pytest.mark.parametrize("key", [None, "sk-parley-garbage"])
+@pytest.mark.parametrize("body", [b"\x00", b"\xff"])
+def test_a_body_that_is_not_json_is_refused_for_an_unknown_caller_too(
+    server: ParleyServer, key: str | None, body: bytes
+) -> None:
+    """FastAPI parses a JSON body before any dependency runs: fuzzing found keyless
+    requests with such bodies answered 400 ("JSON decode error", "There was an error
+    parsing the body" for bytes that are not UTF-8) instead of 401."""
+    headers = {"content-type": "application/json"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    answers = {}
+    for method, path in _operations(server):
+        if method in ("GET", "DELETE"):
+            continue
+        response = httpx.request(
+            method, f"{server.url}{path}", content=body, headers=headers, timeout=10
+        )
+        answers[f"{method} {path}"] = response.status_code
+    wrong = {operation: status for operation, status in answers.items() if status != 401}
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -2,6 +2,8 @@
 
 ``{"error": {"message", "type", "param", "code"}}`` for every failure, including
 unknown routes, wrong methods and request validation. 429 and 503 carry Retry-After.
+A body FastAPI refuses before any dependency runs (not JSON, not UTF-8, invalid) is
+answered 401 or 403 when the caller is not let in: authentication comes first.
 Messages never include request headers or provider keys.
 """
 
@@ -55,6 +57,17 @@ def validation_error(exc: ValidationError | RequestValidationError) -> InvalidRe
     return InvalidRequest(message, param=param)
 
 
+async def _stranger(request: Request) -> ParleyError | None:
+    """Why the caller is refused (401, 403), or None. FastAPI parses a body before any
+    dependency runs, authentication included: a caller without a valid key must get
+    401 for a malformed body too, never its details."""
+    try:
+        await request.app.state.parley.auth.caller(request)
+    except ParleyError as refused:
+        return refused
+    return None
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ParleyError)
     async def _parley(_request: Request, exc: ParleyError) -> Response:
@@ -63,11 +76,16 @@ def install(app: FastAPI) -> None:
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> Response:
-        return error_response(validation_error(exc))
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        refused = await _stranger(request)
+        return error_response(refused or validation_error(exc))
 
     @app.exception_handler(HTTPException)
-    async def _http(_request: Request, exc: HTTPException) -> Response:
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 400:  # a body FastAPI could not parse
+            refused = await _stranger(request)
+            if refused is not None:
+                return error_response(refused)
         error = ParleyError(str(exc.detail))
         error.status = exc.status_code
         error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
