@@ -36,11 +36,11 @@ from parley.api import (
     home,
     memories,
     models,
+    openapi,
     tasks,
     usage,
 )
 from parley.api import knowledge as knowledge_api
-from parley.api import openapi
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator, RevocationWatcher, authenticated
