@@ -37,7 +37,10 @@ ApprovalsRequest = options_model(
 
 @router.post(
     "/{conversation_id}/approvals",
-    openapi_extra=json_body(ApprovalsRequest),
+    openapi_extra=json_body(
+        ApprovalsRequest,
+        examples={"approve": {"decisions": [{"tool_call_id": "call_1", "decision": "approve"}]}},
+    ),
     **answers(ChatCompletion, errors=CHAT_ERRORS, content=STREAM),
 )
 async def decide(request: Request, conversation_id: str) -> Response:

@@ -62,7 +62,9 @@ def _message_not_found(message_id: str) -> NotFound:
 
 @router.post(
     "/{conversation_id}/messages/{message_id}/regenerate",
-    openapi_extra=json_body(RegenerateRequest, required=False),
+    openapi_extra=json_body(
+        RegenerateRequest, required=False, examples={"answer": {}, "streamed": {"stream": True}}
+    ),
     **_LIKE_CHAT,
 )
 async def regenerate(request: Request, conversation_id: str, message_id: str) -> Response:
@@ -73,7 +75,13 @@ async def regenerate(request: Request, conversation_id: str, message_id: str) ->
 
 @router.post(
     "/{conversation_id}/messages/{message_id}/edit",
-    openapi_extra=json_body(EditRequest),
+    openapi_extra=json_body(
+        EditRequest,
+        examples={
+            "answer": {"content": "Name a colour, in one word."},
+            "streamed": {"content": "Name a colour, in one word.", "stream": True},
+        },
+    ),
     **_LIKE_CHAT,
 )
 async def edit(request: Request, conversation_id: str, message_id: str) -> Response:
@@ -170,7 +178,7 @@ async def delete_version(request: Request, conversation_id: str, message_id: str
 
 @router.post(
     "/{conversation_id}/fork",
-    openapi_extra=json_body(ForkRequest, required=False),
+    openapi_extra=json_body(ForkRequest, required=False, examples={"copy": {"title": "A copy"}}),
     **answers(ConversationDetail, status=201, errors=(413, 415)),
 )
 async def fork(request: Request, conversation_id: str) -> Response:

@@ -79,13 +79,25 @@ CHAT_ERRORS = (404, 409, 413, 415, 429, 502, 503, 504)
 """Their failures beyond the shared ones: unknown models and ids, a reply superseded
 before it began, a body too large or not JSON, and the upstream's failures (429 too)."""
 _CHAT = answers(ChatCompletion, errors=(*CHAT_ERRORS, 408), content=STREAM)
+_QUESTION = {"role": "user", "content": "Name a colour."}
+_BODY = json_body(
+    ChatCompletionRequest,
+    examples={
+        "answer": {"messages": [_QUESTION]},
+        "streamed": {
+            "messages": [_QUESTION],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    },
+)
 """Admission control guards the chat routes: a body too slow is 408, and too many
 requests in flight 429 (one key) or 503 (in all)."""
 
 
 @router.post(
     "/v1/chat/completions",
-    openapi_extra=json_body(ChatCompletionRequest),
+    openapi_extra=_BODY,
     tags=["chat"],
     **_CHAT,
 )
@@ -96,7 +108,7 @@ async def chat_completions(request: Request) -> Response:
 
 @router.post(
     "/chat/chat/completions",
-    openapi_extra=json_body(ChatCompletionRequest),
+    openapi_extra=_BODY,
     tags=["chatchat"],
     **_CHAT,
 )

@@ -132,8 +132,8 @@ def event_stream(*events: type[BaseModel], description: str) -> dict[str, Any]:
     }
     return {
         "text/event-stream": {
-            "schema": {"type": "string", "description": description},
             "itemSchema": {
+                "description": description,
                 "type": "object",
                 "required": ["data"],
                 "properties": {
@@ -145,14 +145,15 @@ def event_stream(*events: type[BaseModel], description: str) -> dict[str, Any]:
     }
 
 
-def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
-    """``openapi_extra`` for a route that reads its JSON body itself."""
-    return {
-        "requestBody": {
-            "required": required,
-            "content": {"application/json": {"schema": model_schema(model)}},
-        }
-    }
+def json_body(
+    model: type[BaseModel], *, required: bool = True, examples: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads its JSON body itself, with ``examples``
+    (name -> body) for the reference and for clients."""
+    media: dict[str, Any] = {"schema": model_schema(model)}
+    if examples:
+        media["examples"] = {name: {"value": value} for name, value in examples.items()}
+    return {"requestBody": {"required": required, "content": {"application/json": media}}}
 
 
 def public() -> dict[str, Any]:

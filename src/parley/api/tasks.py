@@ -51,7 +51,13 @@ class TaskRequest(BaseModel):
 
 @router.post(
     "/v1/tasks",
-    openapi_extra=json_body(TaskRequest),
+    openapi_extra=json_body(
+        TaskRequest,
+        examples={
+            "result": {"task": "Say hello."},
+            "streamed": {"task": "Say hello.", "stream": True},
+        },
+    ),
     **answers(Task, errors=(404, 408, 413, 429, 502, 503, 504), content=STREAM),
 )
 async def run_task(request: Request) -> Response:
