@@ -73,6 +73,11 @@ async def run_task(request: Request) -> Response:
         raise InvalidRequest("the task is empty", param="task")
     if len(body.task) > state.settings.chat.max_message_chars:
         raise InvalidRequest("the task is too long", param="task", code="message_too_long")
+    limit = state.settings.chat.max_tokens_limit
+    if body.max_tokens is not None and body.max_tokens > limit:
+        raise InvalidRequest(
+            f"max_tokens is larger than this server allows ({limit})", param="max_tokens"
+        )
     for index, name in enumerate(body.tools or ()):
         if name not in state.tools and not is_mcp_tool(name):  # MCP: checked by the service
             raise InvalidRequest(

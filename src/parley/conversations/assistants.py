@@ -217,13 +217,18 @@ class _Strict(BaseModel):
 # --- the parts of an assistant -------------------------------------------------------------
 
 
+INT64_MAX = 2**63 - 1
+"""OpenAI's integers are 64-bit: a larger one could not even be sent (every chat of the
+assistant failed)."""
+
+
 class Sampling(_Strict):
     """Sampling options, OpenAI's names; what is left unset is left to the request/model."""
 
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    seed: int | None = Field(default=None, ge=-INT64_MAX - 1, le=INT64_MAX)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     stop: list[Annotated[str, StringConstraints(min_length=1)]] | None = Field(

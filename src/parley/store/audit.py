@@ -69,8 +69,15 @@ COLUMNS = tuple(f.name for f in fields(AuditRecord) if f.name != "hash_of")
 
 
 def request_hash(value: Any) -> str:
-    """SHA-256 of a canonical JSON form (keys sorted; dataclasses as their fields)."""
-    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+    """SHA-256 of a canonical JSON form (keys sorted; dataclasses as their fields), or of
+    its ``repr`` when it holds what JSON cannot (an integer past 64 bits): a row that
+    cannot be hashed would be retried, and hold up every row after it, for ever."""
+    try:
+        data = orjson.dumps(
+            value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+        )
+    except TypeError:
+        data = repr(value).encode()
     return hashlib.sha256(data).hexdigest()
 
 
