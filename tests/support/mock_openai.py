@@ -101,6 +101,8 @@ class MockOpenAI:
         self.connections_closed = 0
         self._replies: deque[Reply] = deque()
         self._routed: list[tuple[str, Reply]] = []
+        self.fallback: Reply | None = None
+        """What answers when nothing is queued (None: a 500 that says so)."""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -194,9 +196,10 @@ class MockOpenAI:
         if routed is not None:
             self._routed.remove(routed)
             self._replies.appendleft(routed[1])
-        if not self._replies:
+        if not self._replies and self.fallback is None:
             return JSONResponse({"error": {"message": "no reply scripted"}}, status_code=500)
-        reply = self._replies.popleft()
+        reply = self._replies.popleft() if self._replies else self.fallback
+        assert reply is not None
         if reply.first_delay and reply.status != 200:
             await asyncio.sleep(reply.first_delay)
         if reply.status != 200:

@@ -1,0 +1,222 @@
+"""Fuzzing every operation of the served OpenAPI schema with schemathesis (issue 17, item 8).
+
+One real server on loopback (a mock upstream that always answers) with keys of two
+owners, alice (A) and bob (B), and an admin. A's objects are made first: a
+conversation, an assistant, a knowledge base with a document, a memory, each holding a
+secret. Then, for every operation of ``/openapi.json``, cases are generated from the
+schema (valid and invalid ones) and sent over HTTP, and:
+
+- without a key, or with a garbage one, nothing but ``/health`` answers anything but 401;
+- with B's key and A's ids planted in the path, query and body, nothing answers 2xx
+  for an id in the path, no answer holds any of A's secrets, and afterwards A reads
+  every object exactly as before;
+- with A's key (the admin's for the admin routes), A's ids planted in half the cases,
+  no answer is a 5xx and every answer conforms to the schema: documented status,
+  content type, headers and body.
+
+Generation is deterministic (derandomized, seeded, no example database) and bounded
+(``EXAMPLES``): the whole module takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from tests.conftest import server_config
+from tests.support.fuzzing import (
+    SECRET,
+    Victim,
+    auth,
+    every_other,
+    make_victim,
+    plant,
+    snapshot,
+)
+from tests.support.mock_openai import MockOpenAI, Reply, text_frames
+from tests.support.server import ParleyServer
+
+from parley.app import create_app
+from parley.settings import Settings
+
+PUBLIC = frozenset({"/health"})
+ADMIN_PATHS = ("/v1/admin/", "/v1/audit", "/v1/usage")
+"""Operations fuzzed with the admin's key (admins see more: that shape is fuzzed too)."""
+SEED = 17
+EXAMPLES = {"strangers": 3, "other_owner": 6, "owner": 12}
+"""Cases per operation in each test: about 60 seconds in all on 2 cores."""
+CONFORMANCE = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+TIMEOUT = 30
+
+
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+@pytest.fixture(scope="module")
+def fuzz_upstream() -> Iterator[MockOpenAI]:
+    with MockOpenAI() as mock:
+        mock.fallback = Reply(frames=text_frames(["a fuzzed reply"]))
+        yield mock
+
+
+@pytest.fixture(scope="module")
+def server(
+    fuzz_upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ParleyServer]:
+    config = server_config(fuzz_upstream, knowledge={"embedder": "none"})
+    with ParleyServer(tmp_path_factory.mktemp("fuzz"), config) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def keys(server: ParleyServer) -> dict[str, str]:
+    return {
+        "alice": server.create_key("alice"),
+        "bob": server.create_key("bob"),
+        "admin": server.create_key("root", "--admin"),
+    }
+
+
+@pytest.fixture(scope="module")
+def victim(server: ParleyServer, keys: dict[str, str]) -> Victim:
+    return make_victim(server, keys["alice"])
+
+
+@pytest.fixture(scope="module")
+def before(server: ParleyServer, keys: dict[str, str], victim: Victim) -> dict[str, str]:
+    return snapshot(server, keys["alice"], victim)
+
+
+def _document() -> dict[str, Any]:
+    """The schema as the app builds it (a test below checks that the server serves the
+    same). It is loaded at collection, before any server runs, so that each operation is
+    a test of its own; the cases are sent to the real server."""
+    app = create_app(Settings(data_dir=Path("/nonexistent/parley-schema-fuzz")))
+    return app.openapi()
+
+
+def _schema(*, coverage: bool) -> Any:
+    config = schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "generation": {"deterministic": True, "database": "none"},
+            "phases": {"coverage": {"enabled": coverage}, "stateful": {"enabled": False}},
+        }
+    )
+    return schemathesis.openapi.from_dict(DOCUMENT, config=config)
+
+
+DOCUMENT = _document()
+quick = _schema(coverage=False)
+"""Generated (fuzzing) cases only."""
+full = _schema(coverage=True)
+"""Also schemathesis's coverage cases: each constraint's boundaries and violations."""
+
+
+def test_the_fuzzed_schema_is_the_served_one(server: ParleyServer) -> None:
+    assert httpx.get(f"{server.url}/openapi.json").json() == DOCUMENT
+
+
+@quick.parametrize()
+@settings(_settings(EXAMPLES["strangers"]))
+def test_strangers_get_401_everywhere_but_health(
+    case: schemathesis.Case, server: ParleyServer, keys: dict[str, str]
+) -> None:
+    for headers in ({}, auth("sk-parley-garbage"), {"x-api-key": "garbage"}):
+        response = case.call(base_url=server.url, headers=headers, timeout=TIMEOUT)
+        if case.operation.path in PUBLIC:
+            assert response.status_code < 500, response.text
+            continue
+        assert response.status_code == 401, (headers, response.status_code, response.text)
+        case.validate_response(response, checks=CONFORMANCE)
+
+
+@quick.parametrize()
+@settings(_settings(EXAMPLES["other_owner"]))
+def test_another_owner_reads_and_changes_nothing_of_a(
+    case: schemathesis.Case,
+    server: ParleyServer,
+    keys: dict[str, str],
+    victim: Victim,
+    before: dict[str, str],
+) -> None:
+    planted = plant(case, victim.values())
+    response = case.call(base_url=server.url, headers=auth(keys["bob"]), timeout=TIMEOUT)
+    case.validate_response(response, checks=CONFORMANCE)
+    if planted:
+        assert response.status_code >= 400, (planted, response.status_code, response.text)
+    assert SECRET not in response.text, response.text
+
+
+def test_a_reads_every_object_as_before(
+    server: ParleyServer, keys: dict[str, str], victim: Victim, before: dict[str, str]
+) -> None:
+    """After another owner's fuzzing (the test above), A's objects are unchanged."""
+    assert snapshot(server, keys["alice"], victim) == before
+
+
+@full.parametrize()
+@settings(_settings(EXAMPLES["owner"]))
+def test_owner_answers_conform_to_the_schema(
+    case: schemathesis.Case, server: ParleyServer, keys: dict[str, str], victim: Victim
+) -> None:
+    if case.method != "DELETE" and every_other(case):
+        values = victim.values()
+        if case.operation.path.endswith("/edit"):  # a new version of A's user message
+            values["message_id"] = victim.user_message_id
+        plant(case, values)  # A's own ids: the code behind them runs
+    admin = case.operation.path.startswith(ADMIN_PATHS)
+    key = keys["admin"] if admin else keys["alice"]
+    case.call_and_validate(
+        base_url=server.url, headers=auth(key), checks=CONFORMANCE, timeout=TIMEOUT
+    )
+
+
+DELETIONS = (
+    "/v1/conversations/{conversation_id}/messages/{message_id}",
+    "/v1/conversations/{conversation_id}/summary",
+    "/v1/conversations/{conversation_id}",
+    "/v1/knowledge_bases/{kb}/documents/{document_id}",
+    "/v1/knowledge_bases/{kb}",
+    "/v1/memories/{memory_id}",
+    "/v1/assistants/{assistant_id}",
+)
+"""The deletions of objects that exist, which fuzzing leaves out (A's objects stay)."""
+
+
+def test_deletions_conform_to_the_schema(server: ParleyServer) -> None:
+    key = server.create_key("carol")
+    values = make_victim(server, key).values()
+    for path in DELETIONS:
+        names = re.findall(r"\{(\w+)\}", path)
+        case = quick[path]["DELETE"].Case(path_parameters={n: values[n] for n in names})
+        response = case.call_and_validate(
+            base_url=server.url, headers=auth(key), checks=CONFORMANCE, timeout=TIMEOUT
+        )
+        assert response.status_code == 200, (path, response.text)
