@@ -89,7 +89,9 @@ def fuzz_upstream() -> Iterator[MockOpenAI]:
 def server(
     fuzz_upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ParleyServer]:
-    config = server_config(fuzz_upstream, knowledge={"embedder": "none"})
+    # MCP servers the admin adds in a test below are on loopback, where nothing listens
+    mcp = {"url_allow_hosts": ["127.0.0.1"]}
+    config = server_config(fuzz_upstream, knowledge={"embedder": "none"}, mcp=mcp)
     with ParleyServer(tmp_path_factory.mktemp("fuzz"), config) as running:
         yield running
 
@@ -220,3 +222,37 @@ def test_deletions_conform_to_the_schema(server: ParleyServer) -> None:
             base_url=server.url, headers=auth(key), checks=CONFORMANCE, timeout=TIMEOUT
         )
         assert response.status_code == 200, (path, response.text)
+
+
+LOOPBACK = "http://127.0.0.1:9/mcp"
+MCP_STEPS: tuple[tuple[str, str, dict[str, str], Any, int], ...] = (
+    ("POST", "/v1/mcp/servers", {}, {"name": "loop", "url": LOOPBACK}, 201),
+    ("GET", "/v1/mcp/servers", {}, None, 200),
+    ("GET", "/v1/mcp/servers/{name}", {"name": "loop"}, None, 200),
+    ("PATCH", "/v1/mcp/servers/{name}", {"name": "loop"}, {"timeout": 5}, 200),
+    ("GET", "/v1/mcp/servers/{name}/tools", {"name": "loop"}, None, 502),
+    ("POST", "/v1/mcp/servers/import", {}, {"mcpServers": {"copy": {"url": LOOPBACK}}}, 200),
+    ("DELETE", "/v1/mcp/servers/{name}", {"name": "loop"}, None, 200),
+)
+"""The admin's MCP operations, which fuzzing leaves to non-admins (a generated URL would
+be resolved: no DNS from the tests), on servers that exist."""
+
+
+def test_admin_mcp_answers_conform_to_the_schema(
+    server: ParleyServer, keys: dict[str, str]
+) -> None:
+    for method, path, parameters, body, status in MCP_STEPS:
+        operation = quick[path][method]
+        case = (
+            operation.Case(path_parameters=parameters)
+            if body is None
+            else operation.Case(path_parameters=parameters, body=body)
+        )
+        # the 502 of a server that does not answer is the one expected here
+        checks = CONFORMANCE if status < 500 else CONFORMANCE[1:]
+        response = case.call_and_validate(
+            base_url=server.url, headers=auth(keys["admin"]), checks=checks, timeout=TIMEOUT
+        )
+        assert response.status_code == status, (method, path, response.text)
+        if method == "GET" and path.endswith("{name}"):
+            assert response.json()["config"]["url"] == LOOPBACK  # the admin's view
