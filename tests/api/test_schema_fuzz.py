@@ -20,6 +20,7 @@ Generation is deterministic (derandomized, seeded, no example database) and boun
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,6 +144,62 @@ full = _schema(coverage=True)
 
 def test_the_fuzzed_schema_is_the_served_one(server: ParleyServer) -> None:
     assert httpx.get(f"{server.url}/openapi.json").json() == DOCUMENT
+
+
+def _operations() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in DOCUMENT["paths"].items():
+        for method, operation in item.items():
+            yield method.upper(), path, operation
+
+
+def _integers(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            yield node
+        for value in node.values():
+            yield from _integers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _integers(value)
+
+
+def test_the_schema_documents_keys_errors_and_answers() -> None:
+    """What the fuzzer and client generators rely on, checked over the whole document
+    (each was missing before: issue 17, item 8)."""
+    schemes = DOCUMENT["components"]["securitySchemes"]
+    assert schemes["bearer"] == {**schemes["bearer"], "type": "http", "scheme": "bearer"}
+    assert schemes["apiKey"] == {**schemes["apiKey"], "in": "header", "name": "x-api-key"}
+    for method, path, operation in _operations():
+        where = f"{method} {path}"
+        responses = operation["responses"]
+        assert "422" not in responses, where  # bad input is 400, as in OpenAI's API
+        success = [status for status in responses if status.startswith("2")]
+        assert len(success) == 1, where
+        assert responses[success[0]].get("content"), where
+        if path in PUBLIC:
+            assert operation["security"] == [], where
+            continue
+        assert operation["security"], where
+        for status in ("401", "403"):
+            error = responses[status]["content"]["application/json"]["schema"]
+            assert error == {"$ref": "#/components/schemas/ErrorResponse"}, where
+        if operation.get("parameters") or "requestBody" in operation:
+            assert "400" in responses, where
+    text = json.dumps(DOCUMENT)
+    assert "#/$defs/" not in text
+    assert '"$defs"' not in text
+    named = set(re.findall(r'"#/components/schemas/([^"]+)"', text))
+    assert named <= set(DOCUMENT["components"]["schemas"])
+
+
+def test_no_integer_parameter_can_overflow_sqlite() -> None:
+    """``GET /v1/audit?before_id=9223372036854775808`` was a 500: every integer in a path
+    or query is bounded to 64 bits."""
+    for method, path, operation in _operations():
+        for parameter in operation.get("parameters", []):
+            for integer in _integers(parameter["schema"]):
+                assert integer.get("maximum", 2**63) < 2**63, (method, path, parameter)
+                assert integer.get("minimum", -(2**63) - 1) >= -(2**63), (method, path)
 
 
 @quick.parametrize()
