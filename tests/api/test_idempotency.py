@@ -337,3 +337,13 @@ def _interrupted(server: ParleyServer, text: str) -> bool:
         f"%{text}%",
     )
     return any(row["status"] == "interrupted" for row in rows)
+
+
+def test_a_stranger_gets_401_whatever_the_key(server: ParleyServer) -> None:
+    """Found by the schema fuzzer: a malformed key was checked before authentication."""
+    with httpx.Client(base_url=f"{server.url}/v1") as stranger:
+        for key in ("", "fine-key"):
+            response = stranger.post(
+                "/memories", json={"text": "x"}, headers={"Idempotency-Key": key}
+            )
+            assert api_error(response, 401)["type"] == "authentication_error"

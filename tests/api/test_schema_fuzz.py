@@ -172,7 +172,13 @@ def test_the_schema_documents_keys_errors_and_answers() -> None:
     for method, path, operation in _operations():
         where = f"{method} {path}"
         responses = operation["responses"]
-        assert "422" not in responses, where  # bad input is 400, as in OpenAI's API
+        names = {p["name"] for p in operation.get("parameters", []) if p["in"] == "header"}
+        if method in ("POST", "PATCH"):
+            assert "Idempotency-Key" in names, where
+            assert {"409", "422"} <= set(responses), where  # the key's own failures
+        else:  # bad input is 400, as in OpenAI's API
+            assert "422" not in responses, where
+            assert "Idempotency-Key" not in names, where
         success = [status for status in responses if status.startswith("2")]
         assert len(success) == 1, where
         assert responses[success[0]].get("content"), where

@@ -93,8 +93,8 @@ class Idempotency:
             await self.app(scope, receive, send)
             return
         try:
+            caller = await state.auth.caller(HTTPConnection(scope))  # before all else
             _check(key)
-            caller = await state.auth.caller(HTTPConnection(scope))
             body = await _Body.read(scope, receive, self.max_body)
         except (AuthenticationFailed, PermissionDenied):
             await self.app(scope, receive, send)  # the route refuses it as usual

@@ -12,6 +12,8 @@ FastAPI writes most of ``/openapi.json`` from the routes; ``install`` finishes i
   and 403 (a key that is missing or wrong; a key that may not do this, or keyless access
   from a page elsewhere), one with parameters or a body 400, one with path parameters
   404. A route names its other failures itself: ``answers(..., errors=(409,))``.
+- **Idempotency-Key**: every POST and PATCH takes the header (``api/idempotency.py``),
+  and may answer 409 and 422 for it.
 - **Bodies declared by hand** (routes that read their own body, to authenticate first or
   to take several shapes) embed pydantic schemas whose ``$defs`` do not resolve in an
   OpenAPI document: they are moved into ``components/schemas``.
@@ -49,11 +51,23 @@ FAILURES: dict[int, str] = {
     409: "Conflict with the current state (the code says which).",
     411: "An upload without Content-Length: its size is checked before it is read.",
     413: "The body is larger than the server takes.",
+    422: "This `Idempotency-Key` was used with another request (`idempotency_key_reused`).",
     415: "The body must be `application/json`.",
     429: "Too many requests in flight for this key, or the upstream rate-limits (Retry-After).",
     502: "The upstream failed or gave an unusable answer.",
     503: "Overloaded, or the upstream is unavailable; try again after Retry-After seconds.",
     504: "The upstream timed out.",
+}
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Sent again with the same request (by the same API key, within "
+    "`server.idempotency_ttl_seconds`), it gets the first answer instead of a second run: "
+    "joined while it runs, replayed after (`Idempotent-Replayed: true`). 409 while it runs "
+    "elsewhere (`idempotency_key_in_use`) or when a restart cut it off "
+    "(`idempotency_key_interrupted`); 422 under another request.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 }
 _RETRY_AFTER = {
     "Retry-After": {
@@ -184,7 +198,7 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
     for item in document.get("paths", {}).values():
         for method, operation in item.items():
             if method in METHODS:
-                _finish_operation(operation)
+                _finish_operation(operation, idempotent=method in ("post", "patch"))
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
@@ -196,12 +210,17 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def _finish_operation(operation: dict[str, Any]) -> None:
+def _finish_operation(operation: dict[str, Any], *, idempotent: bool) -> None:
+    """Security and the shared failures; ``idempotent``: the operation takes an
+    ``Idempotency-Key`` (POST and PATCH: ``api/idempotency.py``)."""
     responses: dict[str, Any] = operation.setdefault("responses", {})
     if responses.get("422", {}).get("description") == "Validation Error":
         del responses["422"]  # FastAPI's: Parley answers 400 (api/errors.py)
     parameters = operation.get("parameters", [])
     shared: list[int] = []
+    if idempotent:
+        operation["parameters"] = parameters = [*parameters, IDEMPOTENCY_KEY]
+        shared += [409, 422]
     if parameters or "requestBody" in operation:
         shared.append(400)
     if operation.setdefault("security", SECURITY):
