@@ -264,3 +264,23 @@ def test_chatchat_route(parley: ParleyServer, upstream: MockOpenAI):
     assert upstream.requests[-1]["max_tokens"] == 4096
     stored = httpx.get(f"{parley.url}/v1/conversations/{conversation}")
     assert stored.status_code == 200
+
+
+def test_a_conversation_of_ten_thousand_messages_reads_back_whole(
+    client: openai.OpenAI, parley: ParleyServer, upstream: MockOpenAI
+):
+    """Written by orjson (FastAPI's encoder held the loop for about a second here)."""
+    upstream.queue_text("the last word")
+    history: list[dict[str, object]] = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "x" * 500}
+        for i in range(9_999)
+    ]
+    reply = client.chat.completions.create(model="fast", messages=history)
+    conversation_id = _conversation_id(reply)
+    with httpx.Client(base_url=f"{parley.url}/v1", timeout=60) as http:
+        body = http.get(f"/conversations/{conversation_id}").json()
+    messages = body["messages"]
+    assert len(messages) == 10_000
+    assert messages[0]["content"].startswith("message 0 ")
+    assert messages[9_998]["content"].startswith("message 9998 ")
+    assert messages[-1]["content"] == "the last word"

@@ -12,16 +12,13 @@ What does not belong here: what a regenerate or an edit sends to the model
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from parley.api.chat import CHAT_ERRORS, STREAM, answer, read_json_object
 from parley.api.completion_shapes import ChatCompletion
-from parley.api.conversations import conversation_body, not_found
+from parley.api.conversations import conversation_body, json_response, not_found
 from parley.api.openapi import answers, json_body
 from parley.api.shapes import ConversationDetail
 from parley.api.state import AppState
@@ -153,7 +150,7 @@ async def select_version(request: Request, conversation_id: str, message_id: str
         await state.conversations.select_version(owner, conversation_id, message_id)
     except LookupError:
         raise _message_not_found(message_id) from None
-    return _json(await conversation_body(state, owner, conversation_id))
+    return json_response(await conversation_body(state, owner, conversation_id))
 
 
 @router.delete("/{conversation_id}/messages/{message_id}", **answers(ConversationDetail))
@@ -173,7 +170,7 @@ async def delete_version(request: Request, conversation_id: str, message_id: str
         await state.conversations.delete_version(owner, conversation_id, message_id)
     except LookupError:
         raise _message_not_found(message_id) from None
-    return _json(await conversation_body(state, owner, conversation_id))
+    return json_response(await conversation_body(state, owner, conversation_id))
 
 
 @router.post(
@@ -197,7 +194,7 @@ async def fork(request: Request, conversation_id: str) -> Response:
         )
     except LookupError:
         raise _message_not_found(body.message_id or "") from None
-    return _json(await conversation_body(state, owner, fork_id), status=201)
+    return json_response(await conversation_body(state, owner, fork_id), status=201)
 
 
 async def _owned(state: AppState, owner: str, conversation_id: str) -> None:
@@ -205,7 +202,3 @@ async def _owned(state: AppState, owner: str, conversation_id: str) -> None:
         await state.conversations.get_conversation(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None
-
-
-def _json(body: dict[str, Any], status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")

