@@ -20,7 +20,7 @@ from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 from parley.interceptors.builtins.sensitive import SensitiveFilter
-from parley.settings import SensitiveSettings
+from parley.interceptors.settings import SensitiveSettings
 
 WORDS = ["hunter2", "机密", "bad", "badly"]
 PHONE = r"\d{3}-\d{4}"

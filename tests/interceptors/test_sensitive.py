@@ -21,10 +21,11 @@ from parley.interceptors.builtins.redaction import Redactor, Rule, StreamRedacto
 from parley.interceptors.builtins.sensitive import ContentRejected, SensitiveFilter
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, Purpose, Services, TurnInfo
+from parley.interceptors.settings import SensitiveSettings
 from parley.messages import ImagePart, Message, Usage, text_message
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
-from parley.settings import SensitiveSettings, Settings
+from parley.settings import Settings
 from parley.store.audit import AuditLog
 
 pytestmark = pytest.mark.anyio

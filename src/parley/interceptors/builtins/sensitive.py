@@ -38,9 +38,9 @@ from parley.events import Done, Event, ReasoningDelta, TextDelta, ToolCallDelta
 from parley.interceptors.builtins.audit import call_record
 from parley.interceptors.builtins.redaction import Redaction, Redactor, Rule, StreamRedactor
 from parley.interceptors.protocol import CallInfo, Interceptor, ModelResponse, Services, ToolCall
+from parley.interceptors.settings import SensitiveSettings
 from parley.messages import Message, Part, TextPart
 from parley.providers.protocol import ModelRequest
-from parley.settings import SensitiveSettings
 from parley.store.audit import AuditLog
 from parley.tools.protocol import ToolOutput
 

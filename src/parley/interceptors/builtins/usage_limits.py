@@ -45,6 +45,7 @@ from parley.interceptors.protocol import (
     ModelResponse,
     Services,
 )
+from parley.interceptors.settings import UsageLimit, UsageLimitSettings
 from parley.messages import (
     CitationPart,
     ImagePart,
@@ -55,7 +56,6 @@ from parley.messages import (
 )
 from parley.providers.pricing import PriceCatalog, usage_cost
 from parley.providers.protocol import ModelRequest
-from parley.settings import UsageLimit, UsageLimitSettings
 from parley.store.usage import UsageStore, period_end, periods
 
 log = logging.getLogger(__name__)
