@@ -168,6 +168,14 @@ class ChatSettings(_Section):
     max_messages: int = 10_000
     max_message_chars: int = 2_000_000
     max_tools: int = 128
+    max_tool_calls: int = Field(
+        default=1024, ge=1, description="Tool calls one message of a request may carry."
+    )
+    max_parts: int = Field(
+        default=50_000,
+        ge=1,
+        description="Content parts and tool calls of all a request's messages together.",
+    )
     max_tokens_limit: int = 1_000_000
     fast_model: str | None = Field(
         default=None,

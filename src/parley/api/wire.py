@@ -298,18 +298,7 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _check_limits(body: ChatCompletionRequest, limits: ChatSettings) -> None:
-    if len(body.messages) > limits.max_messages:
-        raise InvalidRequest(
-            f"too many messages ({len(body.messages)} > {limits.max_messages})", param="messages"
-        )
-    for index, message in enumerate(body.messages):
-        size = _content_chars(message.content)
-        if size > limits.max_message_chars:
-            raise InvalidRequest(
-                f"message too long ({size} > {limits.max_message_chars} characters)",
-                param=f"messages.{index}.content",
-                code="message_too_long",
-            )
+    _check_messages(body.messages, limits)
     if body.n is not None and body.n > 1:
         raise InvalidRequest("only n=1 is supported", param="n", code="unsupported_value")
     if body.tools is not None and len(body.tools) > limits.max_tools:
@@ -326,6 +315,44 @@ def _check_limits(body: ChatCompletionRequest, limits: ChatSettings) -> None:
     stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
     if len(stops) > 4:
         raise InvalidRequest("at most 4 stop sequences", param="stop")
+
+
+def _check_messages(messages: list[WireMessage], limits: ChatSettings) -> None:
+    """How many messages, how long each, how many parts and calls: all bounded, as the
+    work done on them (on the event loop) is."""
+    if len(messages) > limits.max_messages:
+        raise InvalidRequest(
+            f"too many messages ({len(messages)} > {limits.max_messages})", param="messages"
+        )
+    parts = 0
+    for index, message in enumerate(messages):
+        size = _content_chars(message.content)
+        if size > limits.max_message_chars:
+            raise InvalidRequest(
+                f"message too long ({size} > {limits.max_message_chars} characters)",
+                param=f"messages.{index}.content",
+                code="message_too_long",
+            )
+        calls = len(message.tool_calls or ())
+        if calls > limits.max_tool_calls:
+            raise InvalidRequest(
+                f"too many tool_calls in one message ({calls} > {limits.max_tool_calls})",
+                param=f"messages.{index}.tool_calls",
+            )
+        parts += calls + _content_items(message.content)
+    if parts > limits.max_parts:
+        raise InvalidRequest(
+            "too many content parts and tool calls in all messages together "
+            f"({parts} > {limits.max_parts})",
+            param="messages",
+        )
+
+
+def _content_items(content: str | list[Content] | None) -> int:
+    """How many parts ``content`` makes: a string is one."""
+    if content is None:
+        return 0
+    return 1 if isinstance(content, str) else len(content)
 
 
 def _content_chars(content: str | list[Content] | None) -> int:
@@ -349,37 +376,27 @@ def to_messages(
 ) -> tuple[tuple[Message, ...], tuple[ToolAnswer, ...], tuple[ToolAnswer, ...]]:
     """Wire messages -> neutral messages, with tool results folded into their calls.
 
+    A result answers the calls with its id in the latest assistant message before it
+    that made one (the last result for a call wins). Linear: the results are gathered
+    first, and each assistant message is rebuilt once.
+
     Returns (messages, trailing tool results, orphan tool results).
     """
     messages: list[Message] = []
     orphans: list[ToolAnswer] = []
     trailing: list[ToolAnswer] = []
     call_owner: dict[str, int] = {}
+    answers: dict[int, dict[str, str]] = {}
+    """Position of an assistant message -> its call ids -> their results."""
     for index, item in enumerate(wire):
         if item.role == "tool":
-            answer = ToolAnswer(
-                call_id=item.tool_call_id or "",
-                content=_text_of(item.content),
-                param=f"messages.{index}.tool_call_id",
-            )
-            if not answer.call_id:
-                raise InvalidRequest("tool messages need tool_call_id", param=answer.param)
+            answer = _tool_answer(item, index)
             trailing.append(answer)
             position = call_owner.get(answer.call_id)
             if position is None:
                 orphans.append(answer)
-                continue
-            owner = messages[position]
-            messages[position] = Message(
-                owner.role,
-                tuple(
-                    p.answered(ToolResult(answer.content))
-                    if isinstance(p, ToolCallPart) and p.id == answer.call_id
-                    else p
-                    for p in owner.parts
-                ),
-                owner.name,
-            )
+            else:
+                answers.setdefault(position, {})[answer.call_id] = answer.content
             continue
         trailing = []
         role: Role = "system" if item.role == "developer" else item.role
@@ -393,7 +410,31 @@ def to_messages(
                 "only assistant messages carry tool_calls", param=f"messages.{index}.tool_calls"
             )
         messages.append(Message(role, tuple(parts), item.name))
+    for position, results in answers.items():
+        messages[position] = _answered(messages[position], results)
     return tuple(messages), tuple(trailing), tuple(orphans)
+
+
+def _tool_answer(item: WireMessage, index: int) -> ToolAnswer:
+    answer = ToolAnswer(
+        call_id=item.tool_call_id or "",
+        content=_text_of(item.content),
+        param=f"messages.{index}.tool_call_id",
+    )
+    if not answer.call_id:
+        raise InvalidRequest("tool messages need tool_call_id", param=answer.param)
+    return answer
+
+
+def _answered(message: Message, results: dict[str, str]) -> Message:
+    """``message`` with each call whose id ``results`` holds answered by it."""
+    parts = tuple(
+        p.answered(ToolResult(results[p.id]))
+        if isinstance(p, ToolCallPart) and p.id in results
+        else p
+        for p in message.parts
+    )
+    return Message(message.role, parts, message.name)
 
 
 def _content_parts(content: str | list[Content] | None, index: int) -> list[Part]:
