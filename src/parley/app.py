@@ -45,6 +45,7 @@ from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator, RevocationWatcher, authenticated
 from parley.api.idempotency import Idempotency
+from parley.api.json_depth import shallow_body
 from parley.api.knowledge import MULTIPART_SLACK
 from parley.api.mcp import check_admissible
 from parley.api.openapi import answers
@@ -253,7 +254,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(tasks.router)
     # the others are authenticated before FastAPI reads and validates a body: a caller
-    # without a key learns nothing of the schema and reaches no code (a regex compiled)
+    # without a key learns nothing of the schema and reaches no code (a regex compiled);
+    # then a JSON body nested too deep is refused (chat and tasks check their own)
     for router in (
         models.router,
         conversations.router,
@@ -269,7 +271,7 @@ def create_app(settings: Settings) -> FastAPI:
         memories.router,
         mcp_api.router,
     ):
-        app.include_router(router, dependencies=[Depends(authenticated)])
+        app.include_router(router, dependencies=[Depends(authenticated), Depends(shallow_body)])
     if mcp_endpoint is not None:
         mcp_endpoint.mount(app)
 

@@ -119,6 +119,13 @@ class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = 10 * 1024 * 1024
+    max_json_depth: int = Field(
+        default=64,
+        ge=2,
+        le=200,
+        description="JSON bodies nested deeper get 400 before anything reads them (at most "
+        "200: orjson writes 254 levels, and an upstream request nests a little deeper).",
+    )
     keepalive_seconds: float = 15.0
     on_disconnect: Literal["continue", "cancel"] = "continue"
     log_level: str = "info"

@@ -146,6 +146,48 @@ async def test_a_row_the_database_refuses_never_blocks_the_log(audit: AuditLog) 
     assert [r["name"] for r in rows] == ["after", "x" * 256]  # cut to its column
 
 
+def _nested(levels: int, leaf: object = 1) -> dict[str, object]:
+    value: object = leaf
+    for _ in range(levels):
+        value = {"a": value}
+    assert isinstance(value, dict)
+    return value
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise ValueError("no text for this")
+
+    __repr__ = __str__
+
+
+def test_a_request_too_deep_for_json_is_hashed_all_the_same() -> None:
+    """orjson writes 254 levels and ``repr`` fails at about 1,000 (RecursionError): the
+    hash of such a request is read without recursion, and tells requests apart."""
+    for levels in (300, 5_000):
+        assert request_hash(_nested(levels)) == request_hash(_nested(levels))
+        assert request_hash(_nested(levels)) != request_hash(_nested(levels, leaf=2))
+    assert request_hash(_nested(300)) != request_hash(_nested(301))
+    assert request_hash({"x": _Unprintable()}) == request_hash({"x": _Unprintable()})
+
+
+async def test_a_row_that_cannot_be_hashed_never_blocks_the_log(
+    audit: AuditLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request nested 1,000 levels made its row's hash raise, and the whole batch was
+    put back and retried every second: nobody's audit rows were written after it."""
+    from parley.store.audit import AuditRecord
+
+    audit.add(AuditRecord("alice", "key_a", "model", "deep", "error", hash_of=_nested(5_000)))
+    audit.add(AuditRecord("alice", "key_a", "model", "odd", "error", hash_of=_Unprintable()))
+    audit.add(AuditRecord("alice", "key_a", "tool", "after", "ok"))
+    assert await audit.flush() == 3
+    assert audit.pending == 0
+    rows = await audit.query(owner="alice")
+    assert {r["name"] for r in rows} >= {"deep", "after"}
+    assert next(r for r in rows if r["name"] == "deep")["request_hash"]
+
+
 async def test_a_backlog_is_hashed_as_it_grows(audit: AuditLog) -> None:
     from parley.store.audit import EAGER_HASH_BACKLOG, AuditRecord
 

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from parley.api.coalesce import Coalescer, Kind
 from parley.api.completion_shapes import ChatCompletion, ChatCompletionChunk, StreamErrorEvent
 from parley.api.errors import error_response, validation_error
+from parley.api.json_depth import check_depth
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.sse import (
     DONE,
@@ -162,7 +163,8 @@ async def answer(
 async def read_json_object(
     request: Request, state: AppState, *, empty: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The request's JSON object body (``empty`` stands in for no body, when given)."""
+    """The request's JSON object body (``empty`` stands in for no body, when given),
+    nested no deeper than ``server.max_json_depth``."""
     content_type = request.headers.get("content-type", "").lower()
     if content_type and "json" not in content_type:
         raise UnsupportedMediaType(
@@ -180,6 +182,7 @@ async def read_json_object(
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    check_depth(raw, state.settings.server.max_json_depth)
     return data
 
 

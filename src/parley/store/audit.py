@@ -7,7 +7,10 @@ when the batch is written, off the caller's path (or at once when the writer is 
 behind, so that requests are not held in memory). If the database lags, at most
 ``max_pending`` rows wait; beyond that the oldest are dropped and the loss is logged.
 A batch the database refuses is written row by row: a row it still refuses is dropped
-and logged, so one bad row never blocks the log; text longer than its column is cut.
+and logged, so one bad row never blocks the log; text longer than its column is cut. A
+request is hashed from its canonical JSON, or, when orjson cannot write it (nested past
+254 levels, an integer past 64 bits), by a walk of its own that cannot fail: a row whose
+hash raised was put back with its batch, and no audit row was written after it.
 
 What does not belong here: deciding what to record (``interceptors/builtins/audit.py``).
 """
@@ -20,7 +23,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
 import orjson
@@ -69,16 +72,68 @@ COLUMNS = tuple(f.name for f in fields(AuditRecord) if f.name != "hash_of")
 
 
 def request_hash(value: Any) -> str:
-    """SHA-256 of a canonical JSON form (keys sorted; dataclasses as their fields), or of
-    its ``repr`` when it holds what JSON cannot (an integer past 64 bits): a row that
-    cannot be hashed would be retried, and hold up every row after it, for ever."""
+    """SHA-256 of a canonical JSON form (keys sorted; dataclasses as their fields). What
+    orjson cannot write (an integer past 64 bits, nesting past 254 levels, a value whose
+    ``str`` raises) is hashed by ``_walked_hash`` instead, which never fails: a row that
+    could not be hashed would hold up every row after it."""
     try:
         data = orjson.dumps(
             value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
         )
-    except TypeError:
-        data = repr(value).encode()
+    except Exception:  # orjson.JSONEncodeError, or what a default=str raised
+        return _walked_hash(value)
     return hashlib.sha256(data).hexdigest()
+
+
+class _Mark:
+    """A piece of structure (``{``, ``]`` ...) on ``_walked_hash``'s stack."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+
+_OPEN_DICT, _CLOSE_DICT = _Mark(b"{"), _Mark(b"}")
+_OPEN_LIST, _CLOSE_LIST = _Mark(b"["), _Mark(b"]")
+
+
+def _walked_hash(value: Any) -> str:
+    """SHA-256 of ``value`` walked with a stack of its own (any depth): containers as
+    their pieces in order (dicts by sorted key), anything else as its JSON, else its
+    ``repr``, else its type's name."""
+    digest = hashlib.sha256(b"walked:")
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Mark):
+            digest.update(item.text)
+            continue
+        if is_dataclass(item) and not isinstance(item, type):
+            item = {f.name: getattr(item, f.name) for f in fields(item)}
+        if isinstance(item, dict):
+            pairs = sorted(((_leaf(k), v) for k, v in item.items()), key=lambda kv: kv[0])
+            stack.append(_CLOSE_DICT)
+            for key, child in reversed(pairs):
+                stack += (child, _Mark(key + b":"))
+            stack.append(_OPEN_DICT)
+        elif isinstance(item, list | tuple):
+            stack.append(_CLOSE_LIST)
+            stack += reversed(item)
+            stack.append(_OPEN_LIST)
+        else:
+            digest.update(_leaf(item) + b",")
+    return digest.hexdigest()
+
+
+def _leaf(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except Exception:
+        try:
+            return repr(value).encode("utf-8", "replace")
+        except Exception:
+            return f"<{type(value).__qualname__}>".encode()
 
 
 class AuditLog:
@@ -155,6 +210,8 @@ class AuditLog:
             self._pending.clear()
             try:
                 rows = await asyncio.to_thread(_rows, batch)
+                if not rows:
+                    return len(batch)
                 try:
                     await self._db.write(lambda conn: conn.execute(insert(audit_log), rows))
                 except Exception:
@@ -239,17 +296,26 @@ _LENGTHS = {
 
 
 def _rows(batch: list[AuditRecord]) -> list[dict[str, Any]]:
+    """The rows of a batch; a record that cannot be made a row is dropped and logged
+    (alone: the rest of the batch is written)."""
     now = time.time()
     rows = []
     for record in batch:
-        row = {name: getattr(record, name) for name in COLUMNS}
-        for name, length in _LENGTHS.items():
-            value = row[name]
-            if isinstance(value, str) and len(value) > length:
-                row[name] = value[:length]
-        if not row["at"]:
-            row["at"] = now
-        if record.hash_of is not None and row["request_hash"] is None:
-            row["request_hash"] = request_hash(record.hash_of)
-        rows.append(row)
+        try:
+            rows.append(_row(record, now))
+        except Exception:
+            log.exception("audit log: a row that could not be prepared was dropped")
     return rows
+
+
+def _row(record: AuditRecord, now: float) -> dict[str, Any]:
+    row = {name: getattr(record, name) for name in COLUMNS}
+    for name, length in _LENGTHS.items():
+        value = row[name]
+        if isinstance(value, str) and len(value) > length:
+            row[name] = value[:length]
+    if not row["at"]:
+        row["at"] = now
+    if record.hash_of is not None and row["request_hash"] is None:
+        row["request_hash"] = request_hash(record.hash_of)
+    return row
