@@ -282,6 +282,20 @@ def test_corrupt_pdf_is_refused() -> None:
         extract(b"%PDF-1.4\nthis is not a pdf at all", "bad.pdf")
 
 
+def test_a_pdf_over_the_page_limit_is_refused_saying_so() -> None:
+    data = make_pdf([["one"], ["two"], ["three"]])
+    assert len(extract(data, "ok.pdf", max_pdf_pages=3).blocks) == 3
+    with pytest.raises(UnreadableDocument, match=r"has 3 pages; at most 2 .*max_pdf_pages"):
+        extract(data, "long.pdf", max_pdf_pages=2)
+
+
+def test_a_pdf_page_with_too_much_content_is_skipped() -> None:
+    data = make_pdf([["first"], ["x" * 3000], ["third"]])
+    result = extract(data, "r.pdf", max_page_content_bytes=1000)
+    assert result.pages == 3
+    assert [(b.page, b.text) for b in result.blocks] == [(1, "first"), (3, "third")]
+
+
 # --- DOCX -----------------------------------------------------------------------------
 
 

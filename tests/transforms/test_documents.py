@@ -8,6 +8,7 @@ import zipfile
 
 import docx
 import pytest
+from docx.text.paragraph import Paragraph
 from pypdf import PdfWriter
 
 from parley.messages import FilePart
@@ -86,6 +87,25 @@ def test_pdf_page_limit_truncates() -> None:
     assert result.truncated
 
 
+def test_a_pdf_page_with_too_much_content_is_skipped() -> None:
+    data = make_pdf(["short", "x" * 5000, "after"])
+    limits = DocumentLimits(max_page_content_bytes=1000)
+    result = read_document("r.pdf", data, None, limits=limits)
+    assert result.pages is not None
+    assert result.pages[0] == "short"
+    assert result.pages[1].startswith("[page 2 skipped: its content is 50")
+    assert result.pages[2] == "after"
+    assert not result.truncated
+
+
+def test_pdf_reading_stops_when_the_pages_content_passes_its_bound() -> None:
+    data = make_pdf(["a" * 300, "b" * 300, "c" * 300])
+    result = read_document("r.pdf", data, None, limits=DocumentLimits(max_content_bytes=700))
+    assert result.pages == ["a" * 300, "b" * 300]
+    assert result.truncated
+    assert "(The document is longer" not in result.text  # that is the prompt's line
+
+
 def test_encrypted_pdf_is_a_clear_error() -> None:
     writer = PdfWriter()
     writer.add_blank_page(width=72, height=72)
@@ -124,6 +144,40 @@ def test_docx_unpacking_too_much_is_refused() -> None:
             "bomb.docx", make_docx(), None, limits=DocumentLimits(max_unpacked_bytes=1000)
         )
     assert caught.value.reason == "too_large"
+
+
+def test_a_docx_is_walked_only_as_far_as_max_chars(monkeypatch: pytest.MonkeyPatch) -> None:
+    document = docx.Document()
+    for number in range(2000):
+        document.add_paragraph(f"paragraph {number}")
+    document.add_paragraph("")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    read: list[int] = []
+    text_of = Paragraph.text.fget
+    assert text_of is not None
+    monkeypatch.setattr(Paragraph, "text", property(lambda p: read.append(1) or text_of(p)))
+    result = read_document(
+        "long.docx", buffer.getvalue(), None, limits=DocumentLimits(max_chars=200)
+    )
+    assert result.truncated
+    assert result.text.startswith("paragraph 0\n\nparagraph 1\n\n")
+    assert len(result.text) == 200
+    assert len(read) < 30  # not 2,001
+
+
+def test_empty_docx_paragraphs_count_towards_the_walk() -> None:
+    document = docx.Document()
+    for _ in range(500):
+        document.add_paragraph("")
+    document.add_paragraph("the end")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    result = read_document(
+        "blank.docx", buffer.getvalue(), None, limits=DocumentLimits(max_chars=100)
+    )
+    assert result.truncated
+    assert result.text == ""
 
 
 def test_html_becomes_markdown_without_scripts() -> None:

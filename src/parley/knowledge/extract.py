@@ -19,8 +19,10 @@ Per format:
   make the section path; paragraphs, lists, ``pre`` and loose text are blocks; tables
   are row groups (below). The title is ``<title>``, else the first ``h1``.
 - PDF (pypdf): one or more blocks per page, ``page`` 1-based. A PDF with an empty user
-  password is opened; one that needs a password, or holds no text at all (a scan), is
-  refused. The title comes from the metadata.
+  password is opened; one that needs a password, holds no text at all (a scan), or has
+  more pages than ``max_pdf_pages``, is refused. A page whose content streams decompress
+  to more than ``max_page_content_bytes`` is skipped (as a damaged page is). The title
+  comes from the metadata.
 - DOCX (python-docx): ``Heading n`` styles make the section path, ``List`` styles get a
   ``- `` mark, tables are row groups. The title is the first ``Title`` paragraph, else
   the core properties' title.
@@ -40,8 +42,9 @@ content type declares, else UTF-8, else charset_normalizer's guess when it is in
 else Windows-1252 (``documents.decode_text``); bad bytes become U+FFFD, never an error.
 NUL characters are removed and lone surrogates replaced, so every block can be stored.
 
-``extract`` is synchronous and pure (the caller runs it in a thread) and has no size
-limits of its own beyond the unpacked size of a DOCX; the caller limits the upload.
+``extract`` is synchronous and pure, with no limits of its own beyond the unpacked size
+of a DOCX and the PDF limits above; the caller limits the upload. The server runs it only
+in a reader process (``parley.extraction``), under a deadline and a memory limit.
 
 Where the code is: this module holds ``extract`` itself (format detection, the refusal
 of binary data, dispatch) and the readers of the two plain-text formats, text and
@@ -60,7 +63,15 @@ import re
 from pathlib import PurePosixPath
 
 from parley.knowledge.blocks import BOMS, Sections, decode, finish, text_blocks
-from parley.knowledge.formats import read_csv, read_docx, read_html, read_json, read_pdf
+from parley.knowledge.formats import (
+    MAX_PAGE_CONTENT,
+    MAX_PDF_PAGES,
+    read_csv,
+    read_docx,
+    read_html,
+    read_json,
+    read_pdf,
+)
 from parley.knowledge.types import Block, ExtractedDocument, UnreadableDocument
 from parley.tools.builtins.web import media_type_of
 from parley.transforms.documents import (
@@ -192,14 +203,24 @@ _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _NOT_SETEXT_TEXT = re.compile(r" {0,3}(?:[-*+>|]|\d+[.)])(?:\s|$)")
 
 
-def extract(data: bytes, filename: str, content_type: str | None = None) -> ExtractedDocument:
+def extract(
+    data: bytes,
+    filename: str,
+    content_type: str | None = None,
+    *,
+    max_pdf_pages: int = MAX_PDF_PAGES,
+    max_page_content_bytes: int = MAX_PAGE_CONTENT,
+) -> ExtractedDocument:
     """The blocks, title and page count of the document ``filename`` (its ``data``, and
     the ``content_type`` it was uploaded with); ``UnreadableDocument`` when it cannot be
-    read or holds no text."""
+    read or holds no text. A PDF of more than ``max_pdf_pages`` pages is refused; a page
+    whose content decompresses to more than ``max_page_content_bytes`` is skipped."""
     media_type, charset = media_type_of(content_type or "")
     kind = _kind(data, filename, media_type)
     if kind == "pdf":
-        return read_pdf(data)
+        return read_pdf(
+            data, max_pages=max_pdf_pages, max_page_content_bytes=max_page_content_bytes
+        )
     if kind == "docx":
         return read_docx(data)
     if b"\x00" in data[:4096] and not data.startswith(tuple(bom for bom, _ in BOMS)):

@@ -38,8 +38,12 @@ from parley.knowledge.blocks import (
     text_blocks,
 )
 from parley.knowledge.types import Block, ExtractedDocument, UnreadableDocument
-from parley.transforms.documents import DocumentLimits
+from parley.transforms.documents import DocumentLimits, page_content_bytes
 
+MAX_PDF_PAGES = 2_000
+"""Pages a PDF may have (``knowledge.max_pdf_pages``)."""
+MAX_PAGE_CONTENT = DocumentLimits().max_page_content_bytes
+"""What a page's content may decompress to before it is skipped."""
 JSON_BLOCK_CHARS = 1000
 """A JSON value whose compact text is longer than this is split into its keys or items."""
 JSON_LINE_CHARS = 80
@@ -262,7 +266,11 @@ def _html_rows(table: Tag) -> list[str]:
 # --- PDF ------------------------------------------------------------------------------
 
 
-def read_pdf(data: bytes) -> ExtractedDocument:
+def read_pdf(
+    data: bytes, *, max_pages: int = MAX_PDF_PAGES, max_page_content_bytes: int = MAX_PAGE_CONTENT
+) -> ExtractedDocument:
+    """Refused past ``max_pages`` pages; a page whose content streams decompress to more
+    than ``max_page_content_bytes`` is skipped, as a damaged one is."""
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -279,9 +287,16 @@ def read_pdf(data: bytes) -> ExtractedDocument:
         raise
     except Exception as exc:  # pypdf raises many kinds on damaged files
         raise UnreadableDocument(f"the file is not a readable PDF ({type(exc).__name__})") from exc
+    if len(pages) > max_pages:
+        raise UnreadableDocument(
+            f"the PDF has {len(pages)} pages; at most {max_pages} are read "
+            "(knowledge.max_pdf_pages)"
+        )
     blocks: list[Block] = []
     for number, page in enumerate(pages, 1):
         try:
+            if page_content_bytes(page) > max_page_content_bytes:
+                continue
             text = page.extract_text() or ""
         except Exception:  # one damaged page does not lose the others
             continue

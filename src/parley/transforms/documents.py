@@ -8,10 +8,17 @@ headings (``#``), list items (``-``) and tables (Markdown rows) in document orde
 and JSON are returned as their text.
 
 Limits (``DocumentLimits``) keep a request from costing too much: the file size, the
-unpacked size of a DOCX (against ZIP bombs), the pages of a PDF read, and the characters
-returned (longer text is cut and ``Document.truncated`` set). Failures raise
+unpacked size of a DOCX (against ZIP bombs), the pages of a PDF read, the content a PDF
+page may decompress to (a larger page is skipped, with a note in its place) and all its
+pages together (reading stops there), and the characters returned (longer text is cut
+and ``Document.truncated`` set; a DOCX is walked only that far). Failures raise
 ``DocumentError`` with a ``reason``: ``unsupported`` type, ``corrupt`` (or badly
-encoded) data, ``encrypted`` PDF, ``too_large``.
+encoded) data, ``encrypted`` PDF, ``too_large``; and, from the reader processes that
+run these functions for the server (``parley.extraction``), ``timeout`` and ``crashed``.
+
+Everything here runs in the calling thread and trusts no input but costs what the input
+costs: the server never calls it on the event loop or in a thread of its own, only in a
+reader process with a deadline and a memory limit.
 
 ``decode_file_part`` turns a ``FilePart`` (a ``data:`` URL or bare base64) into bytes.
 
@@ -34,17 +41,19 @@ from typing import Literal
 from urllib.parse import unquote_to_bytes
 
 from docx import Document as open_docx
+from docx.document import Document as DocxDocument
 from docx.table import Table
 from docx.text.paragraph import Paragraph
-from pypdf import PasswordType, PdfReader
+from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError
+from pypdf.generic import ArrayObject, StreamObject
 
 from parley.errors import InvalidRequest
 from parley.messages import FilePart
 from parley.tools.builtins.web import html_to_text
 
 DocumentKind = Literal["text", "markdown", "html", "pdf", "docx", "csv", "json"]
-ErrorReason = Literal["unsupported", "corrupt", "encrypted", "too_large"]
+ErrorReason = Literal["unsupported", "corrupt", "encrypted", "too_large", "timeout", "crashed"]
 
 DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 _MEDIA_KINDS: dict[str, DocumentKind] = {
@@ -89,7 +98,8 @@ _STATUS: dict[ErrorReason, int] = {"unsupported": 415, "too_large": 413}
 
 class DocumentError(InvalidRequest):
     """A document that cannot be read; ``reason`` says why, ``name`` which one. As an
-    HTTP error: 415 unsupported, 413 too large, else 400; code ``document_<reason>``."""
+    HTTP error: 415 unsupported, 413 too large, else 400; code ``document_<reason>``.
+    ``lasting``: the same bytes would fail again (a timeout or a crash may not)."""
 
     def __init__(self, message: str, *, reason: ErrorReason, name: str = "") -> None:
         super().__init__(message, code=f"document_{reason}")
@@ -97,15 +107,25 @@ class DocumentError(InvalidRequest):
         self.name = name
         self.status = _STATUS.get(reason, 400)
 
+    @property
+    def lasting(self) -> bool:
+        return self.reason not in ("timeout", "crashed")
+
 
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
     """``max_bytes``: the largest file read; ``max_unpacked_bytes``: the most a DOCX may
-    unpack to; ``max_pages``: PDF pages read; ``max_chars``: text returned."""
+    unpack to; ``max_pages``: PDF pages read; ``max_page_content_bytes``: the most one
+    PDF page's content streams may decompress to (a larger page is skipped: reading its
+    operators costs about 1-2 µs a byte); ``max_content_bytes``: the most all the pages
+    read may (a page drawing a shared stream counts it again, as it costs again);
+    ``max_chars``: text returned."""
 
     max_bytes: int = 20 * 1024 * 1024
     max_unpacked_bytes: int = 100 * 1024 * 1024
     max_pages: int = 300
+    max_page_content_bytes: int = 2 * 1024 * 1024
+    max_content_bytes: int = 8 * 1024 * 1024
     max_chars: int = 200_000
 
 
@@ -134,7 +154,8 @@ def read_document(
     if kind == "pdf":
         return _read_pdf(name, data, limits)
     if kind == "docx":
-        return _cut(_read_docx(name, data, limits), None, "docx", limits)
+        text, stopped = _read_docx(name, data, limits)
+        return _cut(text, None, "docx", limits, truncated=stopped)
     if b"\x00" in data[:4096] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise DocumentError(f"{name} is binary, not {kind} text", reason="corrupt", name=name)
     if kind == "html":
@@ -222,32 +243,34 @@ def _looks_like_text(head: bytes) -> bool:
 
 
 def _cut(
-    text: str, pages: list[str] | None, kind: DocumentKind, limits: DocumentLimits
+    text: str,
+    pages: list[str] | None,
+    kind: DocumentKind,
+    limits: DocumentLimits,
+    *,
+    truncated: bool = False,
 ) -> Document:
     text = text.replace("\x00", "")
     if len(text) > limits.max_chars:
         return Document(text[: limits.max_chars], pages, kind, truncated=True)
-    return Document(text, pages, kind)
+    return Document(text, pages, kind, truncated=truncated)
 
 
 def _read_pdf(name: str, data: bytes, limits: DocumentLimits) -> Document:
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            try:  # many "encrypted" PDFs have an empty password and only restrict editing
-                opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
-            except (DependencyError, FileNotDecryptedError, NotImplementedError):
-                opened = False
-            if not opened:
-                raise DocumentError(
-                    f"{name} is an encrypted PDF that needs a password",
-                    reason="encrypted",
-                    name=name,
-                )
+        reader = open_pdf(name, data)
         pages: list[str] = []
-        total = 0
+        total = content = 0
         truncated = len(reader.pages) > limits.max_pages
-        for page in reader.pages[: limits.max_pages]:
+        for number, page in enumerate(reader.pages[: limits.max_pages], 1):
+            size = page_content_bytes(page)
+            if size > limits.max_page_content_bytes:
+                pages.append(f"[page {number} skipped: its content is {size} bytes]")
+                continue
+            content += size
+            if content > limits.max_content_bytes:
+                truncated = True
+                break
             text = (page.extract_text() or "").replace("\x00", "").strip()
             pages.append(text)
             total += len(text)
@@ -263,50 +286,108 @@ def _read_pdf(name: str, data: bytes, limits: DocumentLimits) -> Document:
             name=name,
         ) from exc
     text = "\n\n".join(f"--- Page {n} ---\n{page}" for n, page in enumerate(pages, 1))
-    document = _cut(text, pages, "pdf", limits)
-    if truncated and not document.truncated:
-        document = Document(document.text, pages, "pdf", truncated=True)
-    return document
+    return _cut(text, pages, "pdf", limits, truncated=truncated)
 
 
-def _read_docx(name: str, data: bytes, limits: DocumentLimits) -> str:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
-    except zipfile.BadZipFile as exc:
-        raise DocumentError(
-            f"{name} is not a readable DOCX file", reason="corrupt", name=name
-        ) from exc
-    if unpacked > limits.max_unpacked_bytes:
-        raise DocumentError(
-            f"{name} unpacks to {unpacked} bytes; the limit is {limits.max_unpacked_bytes}",
-            reason="too_large",
-            name=name,
-        )
+def open_pdf(name: str, data: bytes) -> PdfReader:
+    """A reader of the PDF, decrypted when its password is empty; ``DocumentError`` when
+    it needs one."""
+    reader = PdfReader(io.BytesIO(data))
+    if reader.is_encrypted:
+        try:  # many "encrypted" PDFs have an empty password and only restrict editing
+            opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
+        except (DependencyError, FileNotDecryptedError, NotImplementedError):
+            opened = False
+        if not opened:
+            raise DocumentError(
+                f"{name} is an encrypted PDF that needs a password", reason="encrypted", name=name
+            )
+    return reader
+
+
+def page_content_bytes(page: PageObject) -> int:
+    """What the page's content streams decompress to (pypdf keeps the result, so reading
+    the page after this does not decompress again)."""
+    contents = page.get("/Contents")
+    if contents is None:
+        return 0
+    resolved = contents.get_object()
+    streams = resolved if isinstance(resolved, ArrayObject) else [resolved]
+    size = 0
+    for stream in streams:
+        item = stream.get_object()
+        if isinstance(item, StreamObject):
+            size += len(item.get_data())
+    return size
+
+
+def _read_docx(name: str, data: bytes, limits: DocumentLimits) -> tuple[str, bool]:
+    """The text, and whether the walk stopped at ``max_chars`` (every block, even an
+    empty paragraph, counts at least one character: a walk costs per block)."""
+    check_unpacked_size(name, data, limits.max_unpacked_bytes)
     try:
         document = open_docx(io.BytesIO(data))
+        styles = _StyleNames(document)
         blocks: list[str] = []
+        size = 0
         for block in document.iter_inner_content():
+            if size > limits.max_chars:
+                return "\n\n".join(blocks), True
             if isinstance(block, Paragraph):
-                line = _paragraph(block)
-                if line:
-                    blocks.append(line)
-            elif isinstance(block, Table):
-                blocks.append(_table(block))
+                line = _paragraph(block, styles)
+            else:
+                line = _table(block, limits.max_chars - size)
+            size += len(line) + 2
+            if line:
+                blocks.append(line)
     except Exception as exc:  # python-docx and lxml raise many kinds on damaged files
         raise DocumentError(
             f"{name} is not a readable DOCX file ({type(exc).__name__}: {exc})",
             reason="corrupt",
             name=name,
         ) from exc
-    return "\n\n".join(blocks)
+    return "\n\n".join(blocks), False
 
 
-def _paragraph(paragraph: Paragraph) -> str:
+def check_unpacked_size(name: str, data: bytes, limit: int) -> None:
+    """``DocumentError`` unless ``data`` is a ZIP archive unpacking to at most ``limit``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise DocumentError(
+            f"{name} is not a readable DOCX file", reason="corrupt", name=name
+        ) from exc
+    if unpacked > limit:
+        raise DocumentError(
+            f"{name} unpacks to {unpacked} bytes; the limit is {limit}",
+            reason="too_large",
+            name=name,
+        )
+
+
+class _StyleNames:
+    """Paragraph style names by style id, looked up once each (python-docx looks the
+    style up for every paragraph, which cost more than reading its text)."""
+
+    def __init__(self, document: DocxDocument) -> None:
+        self._styles = document.styles
+        self._names: dict[str | None, str] = {}
+
+    def of(self, paragraph: Paragraph) -> str:
+        style_id: str | None = paragraph._p.style
+        name = self._names.get(style_id)
+        if name is None:
+            style = paragraph.style
+            name = self._names[style_id] = (style.name if style is not None else "") or ""
+        return name
+
+
+def _paragraph(paragraph: Paragraph, styles: _StyleNames) -> str:
     text = paragraph.text.strip()
     if not text:
         return ""
-    style = (paragraph.style.name if paragraph.style is not None else "") or ""
+    style = styles.of(paragraph)
     if style == "Title":
         return f"# {text}"
     heading = re.fullmatch(r"Heading (\d)", style)
@@ -317,11 +398,16 @@ def _paragraph(paragraph: Paragraph) -> str:
     return text
 
 
-def _table(table: Table) -> str:
-    rows = [
-        [" ".join(cell.text.split()).replace("|", "\\|") for cell in row.cells]
-        for row in table.rows
-    ]
+def _table(table: Table, max_chars: int) -> str:
+    """The table as Markdown rows, up to the row that passes ``max_chars``."""
+    rows: list[list[str]] = []
+    size = 0
+    for row in table.rows:
+        if size > max_chars:
+            break
+        cells = [" ".join(cell.text.split()).replace("|", "\\|") for cell in row.cells]
+        size += sum(len(cell) + 3 for cell in cells) + 2
+        rows.append(cells)
     if not rows:
         return ""
     width = max(len(row) for row in rows)
