@@ -5,9 +5,10 @@ against 27 ``a`` s and a ``!`` stalled every request for 10 s, and each more ``a
 doubles it. Every pattern that a key holder (an assistant's regex rules, lorebook
 keywords), a model (``workspace_search``) or the operator (sensitive patterns) supplies
 is compiled here instead, by the ``regex`` module (``re`` 's syntax and semantics), and
-every match runs under a ``Deadline``: past it the module stops with ``TimeoutError``
-and the caller decides (a rule is skipped, a keyword does not match, a sensitive check
-fails closed).
+every match runs under a ``Budget`` of the request it serves (a turn's rules, a model
+call's sensitive checks, a turn's searches, a lorebook): past it the module stops with
+``TimeoutError`` and the caller decides (a rule is skipped, a keyword does not match, a
+sensitive check fails closed).
 
 Chosen by measuring (2 cores): RE2 (google-re2) never backtracks, but its Python
 wrapper costs about 10 µs a match (a rule matching each word of a 100,000-character
@@ -23,8 +24,10 @@ Saving a pattern checks it (``compile_pattern``): at most ``MAX_PATTERN_CHARS``,
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import regex
@@ -78,20 +81,34 @@ def _expansion(node: Any) -> int:
     return most
 
 
-class Deadline:
-    """The time the matches of one text (or one streamed reply) may take, all told.
+class Budget:
+    """The time the matches of one request (a turn, a model call, a search) may take,
+    all told, however many texts, parts and chunks they run on.
 
-    ``seconds()`` is what is left, for a ``timeout=`` argument of ``regex``; once the
-    deadline has passed it raises ``TimeoutError`` without running anything.
+    Only time spent matching counts: a stream's pauses between chunks do not. Each use
+    is ``with budget.spend() as seconds:`` around one ``regex`` call, ``seconds`` (what
+    is left) its ``timeout=``; the time it took is then taken off. Once nothing is left,
+    ``spend`` raises ``TimeoutError`` without running anything. A budget per text would
+    not do: 100 parts each cut at 100 ms froze the server for 10 s.
     """
 
-    __slots__ = ("_at",)
+    __slots__ = ("_left", "told")
 
     def __init__(self, seconds: float) -> None:
-        self._at = time.monotonic() + seconds
+        self._left = seconds
+        self.told = False
+        """Whether running out was logged (once is enough: then everything is skipped)."""
 
-    def seconds(self) -> float:
-        left = self._at - time.monotonic()
-        if left <= 0:
+    @property
+    def left(self) -> float:
+        return max(self._left, 0.0)
+
+    @contextlib.contextmanager
+    def spend(self) -> Iterator[float]:
+        if self._left <= 0:
             raise TimeoutError("the regular expressions' time is up")
-        return left
+        started = time.monotonic()
+        try:
+            yield self._left
+        finally:
+            self._left -= time.monotonic() - started

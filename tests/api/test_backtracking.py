@@ -84,6 +84,30 @@ def test_a_regex_rule_that_backtracks_is_cut_short(
     assert "ran out of time and was skipped" in server.log()
 
 
+def test_the_rules_of_a_turn_share_one_budget_however_many_parts_and_messages(
+    server: ParleyServer, client: openai.OpenAI, upstream: MockOpenAI
+) -> None:
+    """The stall hunt's requests: a time limit per text part made one user message of
+    100 parts (6.8 KB) freeze the server for 11.5 s, and a history of 20 user messages
+    for 2.2 s. A turn's rules now share one budget."""
+    rule = {"pattern": EVIL, "replacement": "x", "roles": ["user"]}
+    name = _assistant(server, name="many-parts", regex_rules=[rule])
+    parts: Any = [{"type": "text", "text": VICTIM}] * 100
+    history: Any = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": VICTIM} for i in range(39)
+    ]
+    with HealthProbe(server) as probe:
+        for messages in ([{"role": "user", "content": parts}], history):
+            upstream.queue_text("ok")
+            reply = client.chat.completions.create(
+                model="fast", messages=messages, extra_body={"assistant": name}
+            )
+            assert reply.choices[0].message.content == "ok"
+    assert probe.worst < 1.0, f"/health waited {probe.worst:.1f} s"
+    sent = upstream.requests[-1]["messages"]
+    assert sent[-1]["content"] == VICTIM  # out of time: skipped, as one rule always was
+
+
 def test_a_lorebook_keyword_that_backtracks_does_not_match(
     server: ParleyServer, client: openai.OpenAI, upstream: MockOpenAI
 ) -> None:

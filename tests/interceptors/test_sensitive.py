@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from parley.interceptors.builtins.sensitive import ContentRejected, SensitiveFil
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, Purpose, Services, TurnInfo
 from parley.interceptors.settings import SensitiveSettings
-from parley.messages import ImagePart, Message, Usage, text_message
+from parley.messages import ImagePart, Message, TextPart, Usage, text_message
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.settings import Settings
@@ -327,9 +328,9 @@ async def test_requests_are_checked_once_per_text() -> None:
     history = [f"message {i} bad" for i in range(50)]
     for _ in range(3):
         await sensitive.before_request(conversation(*history, "new"), make_call())
-    info = sensitive._redact.cache_info()
-    assert info.misses == len(history[::2]) + 1  # the user messages, each once
-    assert info.hits == 2 * info.misses
+    remembered = sensitive._redact
+    assert remembered.misses == len(history[::2]) + 1  # the user messages, each once
+    assert remembered.hits == 2 * remembered.misses
 
 
 async def test_reject_refuses_only_the_newest_user_message() -> None:
@@ -449,3 +450,41 @@ async def test_text_an_inner_interceptor_writes_is_checked_too() -> None:
     events = [e async for e in chain.stream(make_call(), conversation("hi"), upstream)]
     assert joined(events, TextDelta).endswith("all good and ***")
     assert "bad" not in joined(events, TextDelta)
+
+
+# --- time ---------------------------------------------------------------------------------
+
+
+def _slow_text(sensitive: SensitiveFilter) -> str:
+    """A text the filter's pattern ``(a|aa)+$`` takes at least 20 ms to check on this
+    machine (each ``a`` more costs about 1.6 times as much), far under its time limit."""
+    for count in range(16, 40):
+        text = "a" * count + "!"
+        started = time.perf_counter()
+        sensitive.redactor.redact(text)
+        took = time.perf_counter() - started
+        if took >= 0.02:
+            assert took < 0.15
+            return text
+    raise AssertionError("the pattern never took 20 ms")
+
+
+async def test_the_checks_of_one_call_share_one_budget() -> None:
+    """A time limit per text let 40 texts that each take a little less cost 40 times the
+    limit on the event loop; one call's checks (its request, its stream) now share one
+    budget, and fail closed when it is spent."""
+    sensitive = make_filter(patterns=["(a|aa)+$"])
+    slow = _slow_text(sensitive)
+    parts = tuple(TextPart(f"{i} {slow}") for i in range(40))  # each checked: none cached
+    request = ModelRequest("mock-model", (Message("user", parts),))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await sensitive.before_request(request, make_call())
+    assert time.monotonic() - started < 0.8
+
+    call = make_call()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        for i in range(40):
+            sensitive.on_stream_event(TextDelta(f"{i} {slow}\n"), call)
+    assert time.monotonic() - started < 0.8

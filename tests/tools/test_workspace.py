@@ -8,12 +8,14 @@ import re
 import secrets
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from parley import processes
+from parley.patterns import Budget
 from parley.tools.builtins import workspace as workspace_module
 from parley.tools.builtins.workspace import (
     WORKSPACE_TOOLS,
@@ -99,6 +101,23 @@ async def test_write_read_list_search(context: ToolContext) -> None:
     bad = await call(workspace_search, context, query="(", regex=True)
     assert bad.is_error
     assert "Invalid regular expression" in bad.content
+
+
+async def test_the_searches_of_a_turn_share_one_budget(context: ToolContext) -> None:
+    """Each search had 2 s: a model calling it 50 times in one step held the thread pool
+    for 100 s of searching. A turn's searches now share that time."""
+    await ok(workspace_write, context, path="a.txt", content="\n".join(["a" * 40 + "!"] * 50))
+    turn = replace(context, searches=Budget(0.2))
+    started = time.monotonic()
+    first = await ok(workspace_search, turn, query="(a|aa)+$", regex=True)
+    second = await ok(workspace_search, turn, query="(a|aa)+$", regex=True)
+    assert time.monotonic() - started < 1.5
+    assert "ran out" in first
+    assert "ran out" in second
+    assert turn.searches is not None
+    assert turn.searches.left == 0
+    # plain text needs no time budget, and finds what there is
+    assert "50 matching lines" in await ok(workspace_search, turn, query="aaa!")
 
 
 async def test_write_replaces_and_caps_size(

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.messages import ImagePart, TextPart
+from parley.patterns import Budget
 from parley.transforms.output import (
     DisplayRewriter,
     RegexRule,
@@ -159,3 +161,48 @@ def test_an_empty_match_at_the_very_end_is_kept(chunks: list[str]) -> None:
     rewriter = DisplayRewriter([rule], max_match_chars=6)
     streamed = "".join(rewriter.feed(c) for c in chunks) + rewriter.finish()
     assert streamed == apply_rules("".join(chunks), [rule], "assistant", for_storage=False)
+
+
+EVIL = RegexRule("(a|aa)+$", "x", roles=frozenset({"user", "assistant"}))
+"""Cut short by its time limit on ``VICTIM``, however short the limit."""
+VICTIM = "a" * 40 + "!"
+
+
+def test_the_rules_of_many_parts_share_one_budget() -> None:
+    """A time limit per text part let one message of 100 parts, each a catastrophic
+    input for its rule, cost 100 x 100 ms of a frozen event loop (the stall hunt: 11.5 s).
+    The rules of a request share one budget: what one part spent, the next has not."""
+    parts = [TextPart(VICTIM)] * 30
+    started = time.monotonic()
+    assert rewrite_parts(parts, [EVIL], "user", for_storage=True) == tuple(parts)
+    took = time.monotonic() - started
+    assert took < 1.0, f"30 parts took {took:.1f} s"
+
+    budget = Budget(0.05)
+    started = time.monotonic()
+    for _ in range(10):
+        apply_rules(VICTIM, [EVIL], "user", for_storage=True, budget=budget)
+        rewrite_parts(parts, [EVIL], "user", for_storage=True, budget=budget)
+    assert time.monotonic() - started < 0.5
+    assert budget.left == 0
+    # spent: rules are skipped, even those that would have been quick
+    cheap = RegexRule("a", "b", roles=frozenset({"user"}))
+    assert apply_rules("a", [cheap], "user", for_storage=True, budget=budget) == "a"
+
+
+def test_a_stream_keeps_its_rules_however_long_it_lasts() -> None:
+    """The stream's limit is the time its rules take, not the time since it began: a
+    reply streaming longer than 200 ms lost its display rules midway."""
+    rewriter = DisplayRewriter([RegexRule("cat", "dog", display_only=True)])
+    shown = rewriter.feed("a cat, ")
+    time.sleep(0.3)
+    shown += rewriter.feed("another cat, ") + rewriter.finish()
+    assert shown == "a dog, another dog, "
+
+
+def test_a_stream_out_of_time_passes_the_rest_as_it_is() -> None:
+    budget = Budget(0.05)
+    rewriter = DisplayRewriter([EVIL], with_storage_rules=True, budget=budget)
+    shown = rewriter.feed(VICTIM) + rewriter.feed(" and more a") + rewriter.finish()
+    assert shown == VICTIM + " and more a"
+    assert budget.left == 0

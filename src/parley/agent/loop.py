@@ -432,6 +432,7 @@ class AgentLoop:
             memory=request.reach.memory,
             memory_scope=request.reach.memory_scope,
             citations=request.reach.citations,
+            searches=request.reach.searches,
         )
 
     def _is_pinned(self, request: AgentRequest, name: str) -> bool:

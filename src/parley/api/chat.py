@@ -274,7 +274,10 @@ def stream_response(
         coalescer = Coalescer(coalesce_ms / 1000, write_text) if coalesce_ms else None
 
         rewriter = (
-            DisplayRewriter(generation.rules, with_storage_rules=True) or None
+            DisplayRewriter(
+                generation.rules, with_storage_rules=True, budget=generation.rule_budget
+            )
+            or None
             if generation.rules
             else None
         )
@@ -472,9 +475,10 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
     calls = generation.turn.unanswered_calls()  # the client's to run
     ran = generation.turn.server_calls()
     if generation.rules:
+        rules, budget = generation.rules, generation.rule_budget
         if not generation.stored:  # saved replies had the storage rules applied then
-            text = apply_rules(text, generation.rules, "assistant", for_storage=True)
-        text = apply_rules(text, generation.rules, "assistant", for_storage=False)
+            text = apply_rules(text, rules, "assistant", for_storage=True, budget=budget)
+        text = apply_rules(text, rules, "assistant", for_storage=False, budget=budget)
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning

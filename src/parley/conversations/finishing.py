@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from parley.errors import ParleyError
 from parley.messages import ImagePart, Part, TextPart
+from parley.patterns import Budget
 from parley.transforms.images import ImageSaver, rewrite_markdown_images
 from parley.transforms.output import RegexRule, rewrite_parts
 
@@ -30,6 +31,8 @@ class Finisher:
     owner: str
     rules: tuple[RegexRule, ...]
     images: ImageSaver | None
+    budget: Budget | None = None
+    """The turn's time for its regex rules (None: the reply's own)."""
 
     def needed(self, parts: Sequence[Part]) -> bool:
         """Whether ``finish`` would change anything (checked on the event loop, cheaply:
@@ -40,7 +43,7 @@ class Finisher:
 
     def finish(self, parts: Sequence[Part]) -> tuple[Part, ...]:
         """The reply as it is stored (blocking: file writes; run it in a thread)."""
-        done = rewrite_parts(parts, self.rules, "assistant", for_storage=True)
+        done = rewrite_parts(parts, self.rules, "assistant", for_storage=True, budget=self.budget)
         saver = self.images
         if saver is None:
             return done

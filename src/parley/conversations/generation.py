@@ -37,6 +37,7 @@ from parley.conversations.outgoing import Outgoing
 from parley.errors import Conflict, NotFound, Overloaded, ParleyError, ProviderError
 from parley.events import FINISH_REASONS, Done, Event, Restart, Status, StepDone, StreamError
 from parley.messages import MessageStatus, Part, ToolCallPart, ToolResult
+from parley.patterns import Budget
 from parley.providers.registry import ResolvedModel
 from parley.store.citations import CitationStore
 from parley.store.repository import ConversationStore, NewMessage
@@ -109,6 +110,8 @@ class Generation:
         self.rules: tuple[RegexRule, ...] = ()
         """The assistant's regex rules: the stream shows the reply as storage and display
         rules make it (display-only ones are never stored)."""
+        self.rule_budget: Budget | None = None
+        """The time the rules may take over the turn (shared with its user messages')."""
         self.notes: tuple[str, ...] = ()
         """What shaping the request could not do (no OCR for images, a failed summary):
         told to the client in ``parley.notes``."""

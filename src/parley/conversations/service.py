@@ -56,6 +56,7 @@ from parley.messages import (
     TextPart,
     ToolCallPart,
 )
+from parley.patterns import Budget
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
@@ -64,10 +65,11 @@ from parley.store.assistants import AssistantStore
 from parley.store.citations import CitationStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, NewMessage, StoredMessage
+from parley.tools.builtins.workspace import SEARCH_SECONDS
 from parley.tools.protocol import Reach
 from parley.tools.registry import ToolRegistry
 from parley.transforms.images import ImageSaver
-from parley.transforms.output import rewrite_parts
+from parley.transforms.output import RULES_SECONDS, store_user_messages
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +257,7 @@ class ConversationService:
     ) -> Generation:
         model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
         citations = Citations()
-        reach = replace(reach, citations=citations)
+        reach = replace(reach, citations=citations, searches=Budget(SEARCH_SECONDS))
         server_tools = self._turn_tools.names(turn, assistant, reach.tools)
         create = turn.conversation_id is None
         parent_id: str | None = None
@@ -307,15 +309,10 @@ class ConversationService:
             raise InvalidRequest("messages must contain a non-system message", param="messages")
         if new and new[-1].role == "user":
             _check_input(new[-1], len(turn.messages) - 1)
-        rules = regex_rules(assistant)
-        if any(rule.applies("user", for_storage=True) for rule in rules):
-            # the assistant's storage rules for user messages: what is stored is sent
-            new = [
-                Message(m.role, rewrite_parts(m.parts, rules, "user", for_storage=True), m.name)
-                if m.role == "user"
-                else m
-                for m in new
-            ]
+        # the assistant's storage rules for user messages (what is stored is sent), under
+        # the turn's budget, which the reply's rules share
+        rules, budget = regex_rules(assistant), Budget(RULES_SECONDS)
+        new = store_user_messages(new, rules, budget)
 
         tools, server_tools = await self._turn_tools.with_mcp(
             turn, assistant, model, server_tools, resumed_mcp, notes
@@ -444,10 +441,9 @@ class ConversationService:
             citations=citations,
             citation_store=self._citations,
         )
-        rules = regex_rules(assistant)
         if record is not None:
-            generation.finisher = Finisher(turn.owner, rules, self.images)
-        generation.rules = rules
+            generation.finisher = Finisher(turn.owner, rules, self.images, budget)
+        generation.rules, generation.rule_budget = rules, budget
         if assistant is not None:
             generation.titles = assistant.generate_titles
             generation.suggestions = assistant.generate_suggestions

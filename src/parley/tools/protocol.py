@@ -21,6 +21,7 @@ from parley.messages import ToolSpec
 if TYPE_CHECKING:
     from parley.knowledge.service import KnowledgeService
     from parley.memory.service import MemoryService
+    from parley.patterns import Budget
     from parley.settings import Settings
     from parley.store.repository import ConversationStore
 
@@ -61,6 +62,8 @@ class Reach:
     memory_retrieval: bool = False
     """Memories are retrieved per request (else the newest are put in the prompt)."""
     citations: CitationSink | None = None
+    searches: Budget | None = None
+    """What the regular expressions of the turn's workspace searches may take in all."""
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -99,6 +102,9 @@ class ToolContext:
     None (memory is off for this request)."""
     citations: CitationSink | None = None
     """Where a knowledge tool records the chunks it returned (they become citations)."""
+    searches: Budget | None = None
+    """The turn's budget for regular expressions in workspace searches (None: a search
+    has one of its own)."""
 
 
 class CitationSink(Protocol):

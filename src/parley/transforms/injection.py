@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from parley.messages import Message, Role, TextPart, text_message
-from parley.patterns import Deadline, Pattern, PatternError, compile_pattern
+from parley.patterns import Budget, Pattern, PatternError, compile_pattern
 from parley.transforms.context import TransformContext, with_parts
 
 log = logging.getLogger(__name__)
@@ -84,21 +84,22 @@ class LorebookEntry:
     priority: int = 0
     enabled: bool = True
 
-    def is_triggered(self, text: str, deadline: Deadline | None = None) -> bool:
+    def is_triggered(self, text: str, budget: Budget | None = None) -> bool:
         if not self.enabled:
             return False
         if self.constant:
             return True
         if self.scan_depth <= 0:
             return False
-        deadline = deadline or Deadline(LOREBOOK_SECONDS)
-        return any(self._matches(keyword, text, deadline) for keyword in self.keywords if keyword)
+        budget = budget if budget is not None else Budget(LOREBOOK_SECONDS)
+        return any(self._matches(keyword, text, budget) for keyword in self.keywords if keyword)
 
-    def _matches(self, keyword: str, text: str, deadline: Deadline) -> bool:
+    def _matches(self, keyword: str, text: str, budget: Budget) -> bool:
         if self.use_regex:
             try:
                 pattern = _compiled(keyword, not self.case_sensitive)
-                return pattern.search(text, timeout=deadline.seconds()) is not None
+                with budget.spend() as seconds:
+                    return pattern.search(text, timeout=seconds) is not None
             except PatternError as exc:
                 log.warning("lorebook entry %r: a keyword is refused: %s", self.name, exc)
             except TimeoutError:
@@ -158,13 +159,13 @@ class PromptInjectionTransformer:
         ]
         visible = [m for m in scanned if m.role != "system"]
         texts: dict[int, str] = {}
-        deadline = Deadline(LOREBOOK_SECONDS)
+        keyword_time = Budget(LOREBOOK_SECONDS)
         for entry in self.config.lorebook:
             depth = max(entry.scan_depth, 0)
             if depth not in texts:
                 window = visible[-depth:] if depth else []
                 texts[depth] = "\n".join(m.text for m in window)
-            if entry.content and entry.is_triggered(texts[depth], deadline):
+            if entry.content and entry.is_triggered(texts[depth], keyword_time):
                 found.append(
                     _Injection(
                         entry.name,

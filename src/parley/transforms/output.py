@@ -12,10 +12,13 @@ model); a display-only rule rewrites only what is shown, never what is stored. R
 in the order given, each over the whole output of the one before (``re.sub``), with
 Python's replacement syntax (``\\1``, ``\\g<name>``).
 
-Patterns are compiled by ``parley.patterns`` and matched under a deadline: the rules
-of one text share ``RULES_SECONDS`` and those of one streamed reply ``STREAM_SECONDS``.
-A rule that runs out of time is skipped (a stream stops applying it) and logged, so a
-pattern that backtracks without end costs its author that long, and nobody else anything.
+Patterns are compiled by ``parley.patterns`` and matched under one ``Budget`` per turn
+(``RULES_SECONDS``): the user's messages as they are stored, the reply as it streams,
+as it is stored and as it is shown all draw on it, however many messages, parts and
+chunks there are (only the time spent matching counts). A rule that runs out of time
+is skipped (a stream stops applying it) and logged, and once the budget is spent every
+rule is skipped, so a pattern that backtracks without end costs its author that long,
+and nobody else anything.
 
 ``DisplayRewriter`` applies rules to a stream. Its output joined equals ``apply_rules``
 on the whole text, however the text is split, provided every match, together with what
@@ -35,14 +38,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parley.messages import Part, Role, TextPart
-from parley.patterns import Deadline, Pattern, PatternError, compile_pattern
+from parley.messages import Message, Part, Role, TextPart
+from parley.patterns import Budget, Pattern, PatternError, compile_pattern
 
 log = logging.getLogger(__name__)
-RULES_SECONDS = 0.1
-"""What the rules of one text may take in all, whatever its length and their patterns."""
-STREAM_SECONDS = 0.2
-"""What the rules may take over one streamed reply, all its chunks together."""
+RULES_SECONDS = 0.25
+"""What an assistant's rules may take over one turn, all told (a ``Budget``)."""
 
 # --- regex rules ---------------------------------------------------------------------
 
@@ -96,39 +97,80 @@ def _check_replacement(compiled: Pattern, replacement: str) -> None:
         compile_repl(replacement, compiled)
 
 
-def apply_rules(text: str, rules: Iterable[RegexRule], role: Role, *, for_storage: bool) -> str:
+def apply_rules(
+    text: str,
+    rules: Iterable[RegexRule],
+    role: Role,
+    *,
+    for_storage: bool,
+    budget: Budget | None = None,
+) -> str:
     """``text`` after the rules for ``role``: the storage rules (``for_storage``, for a
     finished reply or a user message before it is saved) or the display-only ones (for
-    showing stored text)."""
-    deadline = Deadline(RULES_SECONDS)
+    showing stored text), under ``budget`` (the turn's; else one of its own)."""
+    budget = budget if budget is not None else Budget(RULES_SECONDS)
     for rule in rules:
         if rule.applies(role, for_storage=for_storage):
             try:
-                text = rule.compiled.sub(rule.replacement, text, timeout=deadline.seconds())
+                with budget.spend() as seconds:
+                    text = rule.compiled.sub(rule.replacement, text, timeout=seconds)
             except TimeoutError:
-                log.warning("regex rule %s ran out of time and was skipped", rule.label)
+                _out_of_time(rule, budget, "was skipped")
     return text
 
 
+def _out_of_time(rule: RegexRule, budget: Budget, outcome: str) -> None:
+    """Log the rule that spent the last of a budget (once: after it, rules are skipped
+    without a word, or one request of 100 parts would log 100 lines)."""
+    if not budget.told:
+        budget.told = True
+        log.warning("regex rule %s ran out of time and %s", rule.label, outcome)
+
+
 def rewrite_parts(
-    parts: Sequence[Part], rules: Sequence[RegexRule], role: Role, *, for_storage: bool
+    parts: Sequence[Part],
+    rules: Sequence[RegexRule],
+    role: Role,
+    *,
+    for_storage: bool,
+    budget: Budget | None = None,
 ) -> tuple[Part, ...]:
-    """``apply_rules`` on each text part; other parts (images, files, calls) as they are."""
+    """``apply_rules`` on each text part, all under one budget (``budget``, else one of
+    their own); other parts (images, files, calls) as they are."""
     if not any(rule.applies(role, for_storage=for_storage) for rule in rules):
         return tuple(parts)
+    budget = budget if budget is not None else Budget(RULES_SECONDS)
     return tuple(
-        TextPart(apply_rules(p.text, rules, role, for_storage=for_storage))
+        TextPart(apply_rules(p.text, rules, role, for_storage=for_storage, budget=budget))
         if isinstance(p, TextPart)
         else p
         for p in parts
     )
 
 
+def store_user_messages(
+    messages: Sequence[Message], rules: Sequence[RegexRule], budget: Budget
+) -> list[Message]:
+    """``messages`` with the storage rules applied to the user messages, newest first:
+    when the budget runs out, the older ones (a stateless request's history) are the
+    ones left as they are."""
+    if not any(rule.applies("user", for_storage=True) for rule in rules):
+        return list(messages)
+    out = list(messages)
+    for index in range(len(out) - 1, -1, -1):
+        message = out[index]
+        if message.role == "user":
+            parts = rewrite_parts(message.parts, rules, "user", for_storage=True, budget=budget)
+            out[index] = Message(message.role, parts, message.name)
+    return out
+
+
 class DisplayRewriter:
     """One streamed reply: ``feed`` each chunk, ``finish`` at the end. The pieces joined
     are ``apply_rules(whole, rules, role, for_storage=False)`` (see the module docstring
     for the condition). With ``with_storage_rules`` the storage rules run first, so the
-    stream shows what the stored reply will show: display rules over storage rules."""
+    stream shows what the stored reply will show: display rules over storage rules.
+    The rules' time is ``budget`` (the turn's; else one of the stream's own)."""
 
     def __init__(
         self,
@@ -137,6 +179,7 @@ class DisplayRewriter:
         *,
         role: Role = "assistant",
         with_storage_rules: bool = False,
+        budget: Budget | None = None,
     ) -> None:
         if max_match_chars < 1:
             raise ValueError("max_match_chars must be at least 1")
@@ -144,8 +187,8 @@ class DisplayRewriter:
         chosen = [r for r in rules if r.applies(role, for_storage=False)]
         if with_storage_rules:
             chosen = [r for r in rules if r.applies(role, for_storage=True)] + chosen
-        deadline = Deadline(STREAM_SECONDS)
-        self._stages = [_RuleStream(rule, max_match_chars, deadline) for rule in chosen]
+        budget = budget if budget is not None else Budget(RULES_SECONDS)
+        self._stages = [_RuleStream(rule, max_match_chars, budget) for rule in chosen]
 
     def __bool__(self) -> bool:
         return bool(self._stages)
@@ -174,11 +217,11 @@ class DisplayRewriter:
 class _RuleStream:
     """One rule over a stream: the released text is what ``re.sub`` gives the whole."""
 
-    __slots__ = ("_context", "_context_chars", "_deadline", "_held", "_rule", "hold")
+    __slots__ = ("_budget", "_context", "_context_chars", "_held", "_rule", "hold")
 
-    def __init__(self, rule: RegexRule, max_match_chars: int, deadline: Deadline) -> None:
+    def __init__(self, rule: RegexRule, max_match_chars: int, budget: Budget) -> None:
         self._rule: RegexRule | None = rule
-        self._deadline = deadline
+        self._budget = budget
         self.hold = _hold_chars(rule.compiled, max_match_chars)
         """Matches starting this close to the end of the text so far may still change."""
         self._context_chars = max_match_chars
@@ -222,12 +265,13 @@ class _RuleStream:
             return []
         found: list[tuple[int, int, str]] = []
         try:
-            for match in rule.compiled.finditer(full, pos, timeout=self._deadline.seconds()):
-                if before is not None and match.start() >= before:
-                    break
-                found.append((match.start(), match.end(), match.expand(rule.replacement)))
+            with self._budget.spend() as seconds:
+                for match in rule.compiled.finditer(full, pos, timeout=seconds):
+                    if before is not None and match.start() >= before:
+                        break
+                    found.append((match.start(), match.end(), match.expand(rule.replacement)))
         except TimeoutError:
-            log.warning("regex rule %s ran out of time on a stream: no longer applied", rule.label)
+            _out_of_time(rule, self._budget, "is no longer applied to a stream")
             self._rule, self.hold = None, 0
             return []
         return found

@@ -12,9 +12,11 @@ no later chunk can change, holding back the last ``hold_chars`` characters (a wo
 pattern match that may still be completed) and any match that started before them.
 
 Patterns are checked by ``parley.patterns`` (length, syntax, repetition) and matched by
-the ``regex`` module under ``MATCH_SECONDS`` a call: a pattern that backtracks without
-end on some text raises ``TimeoutError`` there, which the interceptor chain's security
-band turns into a refused call (it fails closed), instead of stalling the server.
+the ``regex`` module under a ``Budget`` (``MATCH_SECONDS``) that the interceptor gives
+each call, for all its texts and chunks: a pattern that backtracks without end on some
+text, or many texts that each take a little less, raise ``TimeoutError`` once it is
+spent, which the interceptor chain's security band turns into a refused call (it fails
+closed), instead of stalling the server.
 
 For patterns that guarantee holds only if a pattern needs at most ``max_pattern_chars``
 characters from where its match starts (the match and any look-ahead); ``long_patterns``
@@ -25,17 +27,18 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import regex
 
 from parley.errors import ConfigurationError
-from parley.patterns import Pattern, PatternError, compile_pattern
+from parley.patterns import Budget, Pattern, PatternError, compile_pattern
 
 MATCH_SECONDS = 0.25
-"""What one text's matching may take before the check fails closed."""
+"""What the matching of one call may take in all (a model call: its request's texts, its
+streamed and its final reply; a tool call: its result) before the check fails closed."""
 
 NUMBERED_BACKREFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\[1-9]|\(\?\(\d")
 """``\\1`` or ``(?(1)...)``: group numbers shift once the patterns are combined."""
@@ -134,18 +137,22 @@ class Redactor:
         return self._regex is not None
 
     def matches(
-        self, text: str, pos: int = 0, before: int | None = None
-    ) -> Iterator[tuple[int, int, Rule]]:
+        self, text: str, pos: int = 0, before: int | None = None, budget: Budget | None = None
+    ) -> list[tuple[int, int, Rule]]:
         """Matches (start, end, rule) scanning ``text`` from ``pos`` (what precedes it
-        is seen by look-behinds only), up to the first one that starts at ``before``."""
+        is seen by look-behinds only), up to the first one that starts at ``before``,
+        within ``budget`` (else one of their own); ``TimeoutError`` past it."""
         if self._regex is None:
-            return
-        for match in self._regex.finditer(text, pos, timeout=MATCH_SECONDS):
-            start, end = match.span()
-            if before is not None and start >= before:
-                return
-            if end > start:  # a bare look-around: nothing to redact
-                yield start, end, self._rule(match)
+            return []
+        found: list[tuple[int, int, Rule]] = []
+        with (budget if budget is not None else Budget(MATCH_SECONDS)).spend() as seconds:
+            for match in self._regex.finditer(text, pos, timeout=seconds):
+                start, end = match.span()
+                if before is not None and start >= before:
+                    break
+                if end > start:  # a bare look-around: nothing to redact
+                    found.append((start, end, self._rule(match)))
+        return found
 
     def _rule(self, match: regex.Match[str]) -> Rule:
         group = match.lastindex or 0
@@ -159,17 +166,19 @@ class Redactor:
                 return rule
         raise AssertionError("a word matched that is in no list")  # pragma: no cover
 
-    def redact(self, text: str) -> Redaction:
-        out, found, _ = self._apply(text, 0, None)
+    def redact(self, text: str, budget: Budget | None = None) -> Redaction:
+        out, found, _ = self._apply(text, 0, None, budget)
         return Redaction(out, tuple(found))
 
-    def _apply(self, text: str, pos: int, before: int | None) -> tuple[str, list[Rule], int]:
+    def _apply(
+        self, text: str, pos: int, before: int | None, budget: Budget | None
+    ) -> tuple[str, list[Rule], int]:
         """``text[pos:cut]`` redacted, its detections, and ``cut``: ``before`` or the end
         of a match that starts before it (the end of ``text`` when ``before`` is None)."""
         pieces: list[str] = []
         found: list[Rule] = []
         last = pos
-        for start, end, rule in self.matches(text, pos, before):
+        for start, end, rule in self.matches(text, pos, before, budget):
             pieces += (text[last:start], self.replacement)
             found.append(rule)
             last = end
@@ -180,10 +189,12 @@ class Redactor:
 
 class StreamRedactor:
     """One stream of text (a reply, or its reasoning): ``feed`` each chunk, ``flush``
-    at the end. The released pieces joined are ``redactor.redact`` of the whole text."""
+    at the end. The released pieces joined are ``redactor.redact`` of the whole text.
+    Its matching is ``budget`` (its call's; else one of its own)."""
 
-    def __init__(self, redactor: Redactor) -> None:
+    def __init__(self, redactor: Redactor, budget: Budget | None = None) -> None:
         self._redactor = redactor
+        self._budget = budget if budget is not None else Budget(MATCH_SECONDS)
         self._held = ""
         self._context = ""
         self.detections: list[Rule] = []
@@ -211,7 +222,7 @@ class StreamRedactor:
         return self._release(self._context + self._held, len(self._context), None)
 
     def _release(self, full: str, pos: int, before: int | None) -> str:
-        out, found, cut = self._redactor._apply(full, pos, before)
+        out, found, cut = self._redactor._apply(full, pos, before, self._budget)
         self.detections += found
         keep = self._redactor.context_chars
         self._context = full[max(0, cut - keep) : cut] if keep else ""

@@ -15,6 +15,10 @@ reply release what is held. Redacted reasoning loses its signature (it would no 
 verify). Tool results are redacted too (``redact_tool_results``), and so is whatever an
 inner interceptor's ``after_response`` wrote. Tool-call arguments are left alone.
 
+The matching of one call (its request's texts, its stream, its final reply; a tool
+call's result) shares one time budget (``redaction.MATCH_SECONDS``): once it is spent,
+the check fails closed.
+
 Each detection is counted per call and recorded when the call ends: one audit row
 (kind ``detection``) per rule, where and outcome, naming the rule (``word:words.txt:3``),
 never the matched text; the same goes to the log at INFO.
@@ -25,9 +29,8 @@ What does not belong here: the matching itself (``redaction.py``), writing audit
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,10 +39,17 @@ from typing import Any, Literal
 from parley.errors import ConfigurationError, InvalidRequest, ParleyError
 from parley.events import Done, Event, ReasoningDelta, TextDelta, ToolCallDelta
 from parley.interceptors.builtins.audit import call_record
-from parley.interceptors.builtins.redaction import Redaction, Redactor, Rule, StreamRedactor
+from parley.interceptors.builtins.redaction import (
+    MATCH_SECONDS,
+    Redaction,
+    Redactor,
+    Rule,
+    StreamRedactor,
+)
 from parley.interceptors.protocol import CallInfo, Interceptor, ModelResponse, Services, ToolCall
 from parley.interceptors.settings import SensitiveSettings
 from parley.messages import Message, Part, TextPart
+from parley.patterns import Budget
 from parley.providers.protocol import ModelRequest
 from parley.store.audit import AuditLog
 from parley.tools.protocol import ToolOutput
@@ -121,6 +131,29 @@ class _CallState:
     counts: Counter[tuple[Rule, Where, Outcome]] = field(default_factory=Counter)
 
 
+class _Remembered:
+    """Redactions of request texts, the ``REQUEST_CACHE_SIZE`` most recent: a long
+    history is checked once, not on every call."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._found: OrderedDict[str, Redaction] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, text: str, budget: Budget) -> Redaction:
+        found = self._found.get(text)
+        if found is not None:
+            self.hits += 1
+            self._found.move_to_end(text)
+            return found
+        self.misses += 1
+        found = self._found[text] = self._redactor.redact(text, budget)
+        if len(self._found) > REQUEST_CACHE_SIZE:
+            self._found.popitem(last=False)
+        return found
+
+
 class SensitiveFilter(Interceptor):
     name = "sensitive_filter"
 
@@ -129,7 +162,7 @@ class SensitiveFilter(Interceptor):
         self.fail_closed = settings.fail_closed
         self._settings = settings
         self.redactor = load_redactor(settings)
-        self._redact = functools.lru_cache(maxsize=REQUEST_CACHE_SIZE)(self.redactor.redact)
+        self._redact = _Remembered(self.redactor)
         self._audit: AuditLog | None = None
         for rule in self.redactor.long_patterns:
             log.warning(
@@ -156,11 +189,19 @@ class SensitiveFilter(Interceptor):
     def _state(self, call: CallInfo) -> _CallState:
         state = call.data.get(self)
         if state is None:
+            budget = self._budget(call)
             state = call.data[self] = _CallState(
-                StreamRedactor(self.redactor), StreamRedactor(self.redactor)
+                StreamRedactor(self.redactor, budget), StreamRedactor(self.redactor, budget)
             )
         assert isinstance(state, _CallState)
         return state
+
+    def _budget(self, call: CallInfo) -> Budget:
+        """The time this call's matching may take, all told (kept after its stream's
+        state is gone: ``after_response`` comes later)."""
+        budget = call.data.setdefault((self, Budget), Budget(MATCH_SECONDS))
+        assert isinstance(budget, Budget)
+        return budget
 
     # --- requests -------------------------------------------------------------------
 
@@ -174,15 +215,17 @@ class SensitiveFilter(Interceptor):
             return None
         newest = users[-1]
         if self._settings.on_request == "reject" and call.purpose == "chat":
-            found = [rule for part in _texts(messages[newest]) for rule in self._redact(part)[1]]
+            budget = self._budget(call)
+            texts = _texts(messages[newest])
+            found = [rule for text in texts for rule in self._redact(text, budget).detections]
             if found:
                 state.counts.update((rule, "request", "rejected") for rule in found)
                 raise ContentRejected(
                     f"the request contains blocked content (rule: {found[0].source})"
                 )
         changed = False
-        for index in users:
-            redacted, found = self._clean(messages[index])
+        for index in reversed(users):  # the newest first, should the time run out
+            redacted, found = self._clean(messages[index], self._budget(call))
             if redacted is None:
                 continue
             messages[index] = redacted
@@ -192,13 +235,13 @@ class SensitiveFilter(Interceptor):
                 state.counts.update((rule, "request", "replaced") for rule in found)
         return replace(request, messages=tuple(messages)) if changed else None
 
-    def _clean(self, message: Message) -> tuple[Message | None, list[Rule]]:
+    def _clean(self, message: Message, budget: Budget) -> tuple[Message | None, list[Rule]]:
         """The message with its text redacted (None: unchanged) and what was found."""
         parts: list[Part] = []
         found: list[Rule] = []
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:
-                redaction: Redaction = self._redact(part.text)
+                redaction: Redaction = self._redact(part.text, budget)
                 if redaction.detections:
                     found += redaction.detections
                     part = TextPart(redaction.text)
@@ -256,8 +299,9 @@ class SensitiveFilter(Interceptor):
         filter: check the final reply too (streamed text is already clean: no match)."""
         if not (self._settings.redact_responses and self.redactor):
             return None
-        text = self.redactor.redact(response.text)
-        reasoning = self.redactor.redact(response.reasoning)
+        budget = self._budget(call)
+        text = self.redactor.redact(response.text, budget)
+        reasoning = self.redactor.redact(response.reasoning, budget)
         if not (text.detections or reasoning.detections):
             return None
         counts: Counter[tuple[Rule, Where, Outcome]] = Counter()
@@ -280,7 +324,7 @@ class SensitiveFilter(Interceptor):
         like a reply, so a listed word cannot be read back through a tool."""
         if not (self._settings.redact_tool_results and self.redactor):
             return None
-        redaction = self.redactor.redact(output.content)
+        redaction = self.redactor.redact(output.content, self._budget(call))
         if not redaction.detections:
             return None
         self._record_counts(

@@ -20,16 +20,18 @@ large tool outputs into them (``tools/output.py``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from parley.patterns import Deadline, PatternError, compile_pattern
+from parley.patterns import Budget, Pattern, PatternError, compile_pattern
 from parley.processes import run_shell
 from parley.sandbox import Sandbox, SandboxUnavailable, make_sandbox
 from parley.tools.function import FunctionTool, function_tool
@@ -40,7 +42,8 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_LIST_ENTRIES = 1000
 MAX_SEARCH_RESULTS = 500
 SEARCH_SECONDS = 2.0
-"""What the regular expression of one workspace_search may take, all lines together."""
+"""What the regular expressions of one turn's workspace searches may take, all searches
+and lines together (``ToolContext.searches``; a search without a turn: its own)."""
 MAX_SEARCH_FILE_BYTES = 20 * 1024 * 1024
 """Bigger files are skipped by workspace_search."""
 MAX_MATCH_LINE_CHARS = 300
@@ -330,7 +333,7 @@ def workspace_search(
     """
     if not query:
         raise ToolError("The query is empty.")
-    matches = _matcher(query, regex)
+    compiled = _compiled(query) if regex else None
     limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
     found = _existing(context, path)
     if found is None:
@@ -339,15 +342,21 @@ def workspace_search(
     files = [real] if real.is_file() else [p for p in _walk(real) if not p.is_dir()]
     results: list[str] = []
     more = ""
-    for file in files:
-        remaining = limit - len(results)
-        if remaining <= 0:
-            break
-        try:
-            results += _search_file(root, file, matches, remaining)
-        except TimeoutError:
-            more = f" (the search ran out of time after {SEARCH_SECONDS:g} s; narrow it)"
-            break
+    budget = context.searches if context.searches is not None else Budget(SEARCH_SECONDS)
+    try:
+        # a regular expression spends what the turn's searches have left
+        with budget.spend() if compiled else contextlib.nullcontext(0.0) as seconds:
+            matches = _matcher(query, compiled, seconds)
+            for file in files:
+                remaining = limit - len(results)
+                if remaining <= 0:
+                    break
+                results += _search_file(root, file, matches, remaining)
+    except TimeoutError:
+        more = (
+            f" (the search ran out of time: this turn's searches have {SEARCH_SECONDS:g} s"
+            " in all; narrow it)"
+        )
     if not results:
         return f"No matches for {query!r} in {_shown(root, real)}{more}."
     if len(results) >= limit:
@@ -355,21 +364,27 @@ def workspace_search(
     return "\n".join([f"{len(results)} matching lines{more}:", *results])
 
 
-def _matcher(query: str, regex: bool) -> Callable[[str], bool]:
-    """Whether a line matches: a substring ignoring case, or a regular expression under
-    one deadline for the whole search (matching releases the GIL: the server's event
-    loop runs on while this tool's thread searches)."""
-    if not regex:
-        pattern = re.compile(re.escape(query), re.IGNORECASE)  # linear: no pattern syntax
-        return lambda line: pattern.search(line) is not None
+def _compiled(query: str) -> Pattern:
     try:
-        compiled = compile_pattern(query)
+        return compile_pattern(query)
     except PatternError as exc:
         raise ToolError(f"Invalid regular expression: {exc}") from None
-    deadline = Deadline(SEARCH_SECONDS)
+
+
+def _matcher(query: str, compiled: Pattern | None, seconds: float) -> Callable[[str], bool]:
+    """Whether a line matches: a substring ignoring case, or the regular expression
+    ``compiled``, all lines within ``seconds`` (matching releases the GIL: the server's
+    event loop runs on while this tool's thread searches)."""
+    if compiled is None:
+        pattern = re.compile(re.escape(query), re.IGNORECASE)  # linear: no pattern syntax
+        return lambda line: pattern.search(line) is not None
+    ends = time.monotonic() + seconds
 
     def matches(line: str) -> bool:
-        return compiled.search(line, timeout=deadline.seconds(), concurrent=True) is not None
+        left = ends - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the search's time is up")
+        return compiled.search(line, timeout=left, concurrent=True) is not None
 
     return matches
 
