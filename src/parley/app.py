@@ -54,6 +54,8 @@ from parley.api.state import AppState
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
 from parley.conversations.service import ConversationService
+from parley.extraction.clients import AttachmentReader
+from parley.extraction.pool import ReaderPool
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
@@ -119,6 +121,7 @@ def create_app(settings: Settings) -> FastAPI:
         meta = ConversationMeta(database)
         assistant_store = AssistantStore(database)
         summaries = SummaryStore(database)
+        readers = ReaderPool(settings.documents)  # documents are read in its processes
         embedder = build_embedder(settings.knowledge, client)
         knowledge = (
             KnowledgeService(
@@ -146,6 +149,7 @@ def create_app(settings: Settings) -> FastAPI:
             tools,
             knowledge=knowledge,
             memory=memory,
+            documents=AttachmentReader(readers),
         )
         service = ConversationService(
             settings,
@@ -213,6 +217,7 @@ def create_app(settings: Settings) -> FastAPI:
             await mcp.close()  # after the generations: stdio servers are stopped
             if knowledge is not None:
                 await knowledge.close()
+            await readers.aclose()
             await chain.shutdown()
             await audit.close()
             await registry.aclose()

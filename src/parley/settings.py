@@ -26,6 +26,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from parley.extraction.settings import DocumentSettings
 from parley.interceptors.settings import InterceptorSettings
 from parley.knowledge.settings import KnowledgeSettings, MemorySettings
 from parley.mcp.settings import McpSettings
@@ -376,6 +377,7 @@ class Settings(BaseSettings):
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
     pricing: dict[str, ModelPrice] = Field(
         default_factory=dict,
         description="Prices by model name or name prefix; added to and overriding the "

@@ -80,9 +80,11 @@ from parley.store.repository import ConversationStore, StoredMessage
 from parley.store.summaries import StoredSummary, SummaryStore
 from parley.tools.protocol import NO_REACH, Reach
 from parley.tools.registry import ToolRegistry
+from parley.transforms.documents import DocumentLimits
 from parley.transforms.input import (
     CAPABILITY_TOOLS,
     CAPABILITY_VISION,
+    DocumentReader,
     KnowledgeConfig,
     KnowledgeRetriever,
     MemoryConfig,
@@ -144,6 +146,7 @@ class OutgoingBuilder:
         *,
         knowledge: KnowledgeRetriever | None = None,
         memory: MemoryService | None = None,
+        documents: DocumentReader | None = None,
     ) -> None:
         self._settings = settings
         self._memory = memory
@@ -164,6 +167,11 @@ class OutgoingBuilder:
             ),
             memory_config=MemoryConfig(
                 top_k=settings.memory.top_k, max_chars=settings.memory.max_context_chars
+            ),
+            documents=documents,
+            document_limits=DocumentLimits(
+                max_page_content_bytes=settings.documents.max_page_content_bytes,
+                max_content_bytes=settings.documents.max_pdf_content_bytes,
             ),
         )
         self._estimates: OrderedDict[tuple[str, float], int] = OrderedDict()

@@ -14,8 +14,10 @@ from dataclasses import replace
 
 from parley.conversations.assistants import Assistant, TransformerSettings, transformer_settings
 from parley.messages import FilePart, ImagePart, Message, TextPart
+from parley.transforms.documents import DocumentLimits
 from parley.transforms.input import (
     DocumentPromptConfig,
+    DocumentReader,
     InjectionConfig,
     InjectionPosition,
     InputPipeline,
@@ -43,7 +45,8 @@ PIPELINE_CACHE = 64
 
 class Pipelines:
     """``knowledge`` and ``memory`` are retrievers bound to their services: they read
-    the owner, the bases and the memory scope from each request's context."""
+    the owner, the bases and the memory scope from each request's context. ``documents``
+    reads attached files (the server's reader processes) within ``document_limits``."""
 
     def __init__(
         self,
@@ -53,12 +56,16 @@ class Pipelines:
         memory: MemoryRetriever | None = None,
         knowledge_config: KnowledgeConfig | None = None,
         memory_config: MemoryConfig | None = None,
+        documents: DocumentReader | None = None,
+        document_limits: DocumentLimits | None = None,
     ) -> None:
         self._ocr = ocr
         self._knowledge = knowledge
         self._memory = memory
         self._knowledge_config = knowledge_config or KnowledgeConfig()
         self._memory_config = memory_config or MemoryConfig()
+        self._documents = documents
+        self._document_limits = document_limits or DocumentLimits()
         self._default = self._build(pipeline_config(TransformerSettings()))
         self._kept: OrderedDict[tuple[str, float], InputPipeline] = OrderedDict()
 
@@ -83,8 +90,19 @@ class Pipelines:
         return pipeline
 
     def _build(self, config: PipelineConfig) -> InputPipeline:
-        config = replace(config, knowledge=self._knowledge_config, memory=self._memory_config)
-        return build_pipeline(config, ocr=self._ocr, knowledge=self._knowledge, memory=self._memory)
+        config = replace(
+            config,
+            documents=replace(config.documents, limits=self._document_limits),
+            knowledge=self._knowledge_config,
+            memory=self._memory_config,
+        )
+        return build_pipeline(
+            config,
+            ocr=self._ocr,
+            knowledge=self._knowledge,
+            memory=self._memory,
+            documents=self._documents,
+        )
 
 
 def default_pipeline_acts(messages: list[Message]) -> bool:

@@ -13,8 +13,15 @@ is replaced, in place, by a text part::
 
 The fence is longer than any run of backticks in the text, so a document cannot end it.
 A document that cannot be read becomes a one-line note saying why (and a note in the
-report); it never fails the request. Texts are cached by content, so the same file in a
-long conversation is parsed once per process, not once per turn.
+report); it never fails the request: not when it is corrupt or unsupported, not when
+reading it runs past its deadline or crashes the process reading it. Only a server too
+busy to read it at all fails the request (``Overloaded``, 503 or 429 with Retry-After:
+the client may send it again). Texts, and lasting failures, are cached by content, so
+the same file in a long conversation is read once per process, not once per turn.
+
+The reading itself is a ``DocumentReader``'s: the server's reads in supervised reader
+processes (``parley.extraction``); ``InlineDocumentReader`` reads in the caller's
+thread, for tests and tools.
 
 **OCR** (Rikkahub's ``OcrTransformer``). When the model cannot read images (no
 ``vision`` in the context's capabilities; or always, with ``only_without_vision=False``)
@@ -23,13 +30,13 @@ configured ``OcrEngine`` read, marked as a description of the image and not the 
 words. Without an engine the images are left as they are and the report says so. A
 failed reading becomes ``[image: OCR failed]``.
 
-What does not belong here: turning bytes into text (``documents.py``), running an OCR
-model (an ``OcrEngine`` given to ``build_pipeline``).
+What does not belong here: turning bytes into text (``documents.py``), the processes
+that do it for the server (``parley.extraction``), running an OCR model (an
+``OcrEngine`` given to ``build_pipeline``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import re
@@ -37,6 +44,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from parley.errors import Overloaded
 from parley.messages import FilePart, ImagePart, Message, Part, TextPart
 from parley.transforms.context import CAPABILITY_VISION, TransformContext, with_parts
 from parley.transforms.documents import Document, DocumentError, DocumentLimits, read_file_part
@@ -72,6 +80,20 @@ class _Lru(Generic[K, V]):
             self._items.popitem(last=False)
 
 
+class DocumentReader(Protocol):
+    async def read(self, part: FilePart, limits: DocumentLimits, owner: str) -> Document:
+        """The text of ``part`` (read for ``owner``) within ``limits``; ``DocumentError``
+        when it cannot be read, ``Overloaded`` when there is no room to read it now."""
+        ...
+
+
+class InlineDocumentReader:
+    """Reads in the calling thread, blocking it: for tests and tools, never the server."""
+
+    async def read(self, part: FilePart, limits: DocumentLimits, owner: str) -> Document:
+        return read_file_part(part, limits=limits)
+
+
 @dataclass(frozen=True, slots=True)
 class DocumentPromptConfig:
     """``enabled``: turn attached documents into text; ``limits``: what one document may
@@ -85,10 +107,12 @@ class DocumentPromptConfig:
 class DocumentAsPromptTransformer:
     name = "document_as_prompt"
 
-    def __init__(self, config: DocumentPromptConfig) -> None:
+    def __init__(self, config: DocumentPromptConfig, reader: DocumentReader) -> None:
         self.config = config
+        self._reader = reader
         self._cache: _Lru[str, Document | str] = _Lru(config.cache_size)
-        """A document's text, or why it could not be read."""
+        """A document's text, or why it cannot be read (a timeout or a crash is not
+        kept: it may not happen again)."""
 
     async def transform(self, messages: list[Message], context: TransformContext) -> list[Message]:
         result: list[Message] = []
@@ -108,14 +132,18 @@ class DocumentAsPromptTransformer:
         key = hashlib.sha256(f"{part.media_type}\x00{part.data}".encode()).hexdigest()
         outcome = self._cache.get(key)
         if outcome is None:
+            lasting = True
             try:
-                outcome = await asyncio.to_thread(read_file_part, part, limits=self.config.limits)
+                outcome = await self._reader.read(part, self.config.limits, context.owner)
+            except Overloaded:
+                raise  # no room to read it now: the request fails, to be sent again
             except DocumentError as exc:
-                outcome = exc.message
+                outcome, lasting = exc.message, exc.lasting
             except Exception:  # a reader bug must not fail the request either
                 log.exception("reading the attached file %s failed", name)
                 outcome = f"{name} could not be read (internal error)"
-            self._cache.put(key, outcome)
+            if lasting:
+                self._cache.put(key, outcome)
         if isinstance(outcome, str):
             context.report.note(f"the attached file {name} could not be read: {outcome}")
             return f"## user sent a file: {name}\n[The file could not be read: {outcome}]"

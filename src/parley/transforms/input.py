@@ -15,7 +15,9 @@ Rikkahub's order, each step taking the output of the one before::
 It works on a copy: the list the caller passes, its messages, and so the stored
 conversation, are never changed. Every step can be turned off in ``PipelineConfig``
 (``enabled=False``). A step that raises is logged, noted in the result and skipped: a
-transformer never fails the request. The result carries the messages to send, notes on
+transformer never fails the request, unless it raises ``Overloaded`` (the server has no
+room to do the step now, as when every document reader is busy): then the request fails
+with it, and the client may send it again. The result carries the messages to send, notes on
 what could not be done, the knowledge snippets and memories sent (for citations), the
 lorebook entries injected, and which steps changed something.
 
@@ -38,10 +40,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from parley.errors import Overloaded
 from parley.messages import Message
 from parley.transforms.attachments import (
     DocumentAsPromptTransformer,
     DocumentPromptConfig,
+    DocumentReader,
+    InlineDocumentReader,
     OcrConfig,
     OcrEngine,
     OcrTransformer,
@@ -88,6 +93,7 @@ __all__ = [
     "CAPABILITY_TOOLS",
     "CAPABILITY_VISION",
     "DocumentPromptConfig",
+    "DocumentReader",
     "InjectionConfig",
     "InjectionPosition",
     "InputPipeline",
@@ -188,6 +194,8 @@ class InputPipeline:
             step = replace(context, message_times=tuple(times), original=original, report=report)
             try:
                 output = await transformer.transform(list(current), step)
+            except Overloaded:
+                raise
             except Exception as exc:  # a transformer never fails the request
                 log.exception("input transformer %s failed; skipped", transformer.name)
                 report.note(f"{transformer.name} failed and was skipped: {exc}")
@@ -212,10 +220,13 @@ def build_pipeline(
     ocr: OcrEngine | None = None,
     knowledge: KnowledgeRetriever | None = None,
     memory: MemoryRetriever | None = None,
+    documents: DocumentReader | None = None,
 ) -> InputPipeline:
     """The nine steps in Rikkahub's order, without those turned off. ``ocr``,
     ``knowledge`` and ``memory`` fill the slots that need a service; a retrieval slot
-    without a retriever is left out, the OCR step stays (to note unread images)."""
+    without a retriever is left out, the OCR step stays (to note unread images).
+    ``documents`` reads attached files (default: ``InlineDocumentReader``, in the
+    caller's thread; the server passes its reader processes)."""
     config = config or PipelineConfig()
     steps: list[InputTransformer] = []
     if config.time_reminder.enabled:
@@ -225,7 +236,8 @@ def build_pipeline(
     if config.placeholders.enabled:
         steps.append(PlaceholderTransformer(config.placeholders))
     if config.documents.enabled:
-        steps.append(DocumentAsPromptTransformer(config.documents))
+        reader = documents if documents is not None else InlineDocumentReader()
+        steps.append(DocumentAsPromptTransformer(config.documents, reader))
     if config.ocr.enabled:
         steps.append(OcrTransformer(config.ocr, ocr))
     if config.template.enabled and not _is_identity(config.template.template):
