@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -536,6 +537,32 @@ async def test_template_roles_are_configurable() -> None:
     messages = [text_message("system", "s"), text_message("assistant", "a")]
     result = await build_pipeline(config).apply(messages, context())
     assert [m.text for m in result.messages] == ["s", "*a"]
+
+
+async def test_the_templates_of_one_request_share_one_time_budget() -> None:
+    """A key holder writes the template, and it ran on the event loop unbounded: nested
+    loops of 3,000 x 3,000 steps took seconds per message, for every user message of
+    every request. One request's renderings now share TEMPLATE_SECONDS; a message whose
+    rendering runs out of time is sent as written, and that is noted once."""
+    slow = (
+        "{% for i in range(3000) %}{% for j in range(3000) %}{% if j < 0 %}{% endif %}"
+        "{% endfor %}{% endfor %}"
+        "{{ message }}!"
+    )
+    messages = [text_message("user", f"m{i}") for i in range(10)]
+    started = time.monotonic()
+    result = await build_pipeline(template(slow)).apply(messages, context())
+    assert time.monotonic() - started < 1.0
+    assert [m.text for m in result.messages] == [f"m{i}" for i in range(10)]
+    assert result.notes == ["the message template ran out of time; sent as written"]
+    # a quick template still renders, the newest messages first
+    quick = "{% for i in range(20000) %}{% endfor %}{{ message }}!"
+    many = [text_message("user", f"m{i}") for i in range(2000)]
+    result = await build_pipeline(template(quick)).apply(many, context())
+    rendered = [m.text.endswith("!") for m in result.messages]
+    assert rendered[-1]
+    assert not rendered[0]
+    assert rendered == sorted(rendered)  # a run of old ones left, then the rendered ones
 
 
 # --- workspace reminder -----------------------------------------------------------------

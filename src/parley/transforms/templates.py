@@ -29,9 +29,15 @@ never parsed as a template. Rendering is sandboxed (``ImmutableSandboxedEnvironm
 no private or dunder attributes, no mutation of lists or dicts, ranges capped), strict
 about undefined names, and bounded (``*`` and ``**`` results, output length). A template
 that does not compile or does not render leaves the message unchanged, is logged, and
-is noted in the report. The template is configuration written by whoever sets up the
-assistant: the sandbox keeps it from reaching Python internals, but it is not a CPU and
-memory jail (a determined author can still write a slow template).
+is noted in the report.
+
+The template is written by whoever sets up the assistant, any key holder, and renders
+on the event loop: the sandbox keeps it from Python internals, and time keeps it from
+the CPU. One request's renderings share ``TEMPLATE_SECONDS``, newest message first; a
+trace function looks at the clock every ``TRACE_STEPS`` steps of the template's code
+(Jinja compiles a template to Python: every turn of every loop is a step) and stops it
+there. A message whose rendering runs out of time is sent as written, and that is noted
+once. Before, nested loops froze the server for as long as they ran.
 """
 
 from __future__ import annotations
@@ -39,7 +45,11 @@ from __future__ import annotations
 import logging
 import platform
 import re
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from jinja2 import StrictUndefined, Template, TemplateError
@@ -49,6 +59,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from parley import __version__
 from parley.messages import Message, Role
+from parley.patterns import Budget
 from parley.transforms.context import TransformContext, map_text
 
 log = logging.getLogger(__name__)
@@ -126,6 +137,40 @@ class PlaceholderTransformer:
 MAX_SEQUENCE = 100_000
 """The longest string or list a template may build with ``*``."""
 MAX_EXPONENT = 1_000
+TEMPLATE_SECONDS = 0.1
+"""What rendering one request's messages may take, all told."""
+TRACE_STEPS = 200
+"""Steps of a template's code between looks at the clock."""
+OUT_OF_TIME = "the message template ran out of time; sent as written"
+
+
+class _OutOfTime(BaseException):
+    """Raised into a template's code when its time is up (a ``BaseException``: nothing
+    in Jinja's runtime catches it)."""
+
+
+def render_within(budget: Budget, render: Callable[[], str]) -> str:
+    """``render()``, stopped (``TimeoutError``) once ``budget`` is spent. Pure Python
+    (a template), traced: on this thread only, and the tracer it finds is put back."""
+    with budget.spend() as seconds:
+        ends = time.monotonic() + seconds
+        steps = 0
+
+        def trace(frame: FrameType, event: str, arg: Any) -> Any:
+            nonlocal steps
+            steps += 1
+            if steps % TRACE_STEPS == 0 and time.monotonic() > ends:
+                raise _OutOfTime
+            return trace
+
+        previous = sys.gettrace()
+        sys.settrace(trace)
+        try:
+            return render()
+        except _OutOfTime:
+            raise TimeoutError("the message template ran out of time") from None
+        finally:
+            sys.settrace(previous)
 
 
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -182,15 +227,22 @@ class TemplateTransformer:
         if template is None:
             context.report.note(self._error or "the message template does not compile")
             return messages
-        result: list[Message] = []
-        for index, message in enumerate(messages):
-            if message.role in self.config.roles:
-                message = self._render(template, message, index, context)
-            result.append(message)
+        result = list(messages)
+        budget = Budget(TEMPLATE_SECONDS)
+        for index in range(len(result) - 1, -1, -1):  # the newest first
+            if result[index].role in self.config.roles:
+                result[index] = self._render(template, result[index], index, context, budget)
+        if budget.told:
+            context.report.note(OUT_OF_TIME)
         return result
 
     def _render(
-        self, template: Template, message: Message, index: int, context: TransformContext
+        self,
+        template: Template,
+        message: Message,
+        index: int,
+        context: TransformContext,
+        budget: Budget,
     ) -> Message:
         local = context.local(context.time_of(index))
         variables = {
@@ -208,7 +260,12 @@ class TemplateTransformer:
 
         def render(text: str) -> str:
             try:
-                rendered = template.render(message=text, **variables)
+                rendered = render_within(budget, lambda: template.render(message=text, **variables))
+            except TimeoutError:
+                if not budget.told:
+                    budget.told = True
+                    log.warning("%s", OUT_OF_TIME)
+                return text
             except Exception as exc:  # the template is configuration code: never fatal
                 note = f"the message template failed ({type(exc).__name__}: {exc}); sent as is"
                 log.warning("%s", note)
