@@ -9,6 +9,7 @@ validators of OpenAI's and Anthropic's ordering rules.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -389,6 +390,29 @@ def test_duplicate_ids_are_made_unique() -> None:
         "call_x_2",
         "call_x_3",
     ]
+
+
+def test_repair_is_linear_in_calls_however_their_ids_and_names_repeat() -> None:
+    """A request's history is the client's to write: 8 messages of 1,024 calls sharing
+    one id (made unique by trying _2, _3 ... from the start for each call: 6.5 s on the
+    event loop, quadratic), or with names no provider takes, or with long unsafe ids,
+    all repair in well under a second."""
+    results = ToolResult("r")
+    histories = [
+        [ToolCallPart("x", "f", "{}", results) for _ in range(1024)],
+        [ToolCallPart(f"c{i}", "!", "{}", results) for i in range(1024)],
+        [ToolCallPart("é" * 50 + str(i % 7), "f", "{}") for i in range(1024)],
+    ]
+    for calls in histories:
+        history = [user("q"), *(Message("assistant", tuple(calls)) for _ in range(8)), user("r")]
+        started = time.perf_counter()
+        repaired = repair_messages(
+            history, context_tokens=None, settings=RepairSettings(), rules=OPENAI_RULES
+        )
+        took = time.perf_counter() - started
+        assert took < 1.0, f"{calls[0]}: {took:.1f} s"
+        ids = [c.id for m in repaired for c in m.tool_calls]
+        assert len(ids) == len(set(ids))
 
 
 def test_long_ids_are_shortened_per_provider() -> None:

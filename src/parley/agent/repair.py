@@ -252,7 +252,8 @@ def _without_unsendable_calls(message: Message) -> tuple[Message, tuple[ToolCall
     lost = [c for c in message.tool_calls if not TOOL_NAME.fullmatch(c.name)]
     if not lost:
         return message, message.tool_calls
-    parts = [p for p in message.parts if not any(p is c for c in lost)]
+    gone = {id(c) for c in lost}
+    parts = [p for p in message.parts if id(p) not in gone]
     if not message.text.strip():
         names = ", ".join(c.name or UNKNOWN_TOOL for c in lost)
         parts.insert(0, TextPart(f"[Called tools: {names}]"))
@@ -299,7 +300,8 @@ def synthesize_missing_results(entries: Sequence[Entry]) -> list[Entry]:
             else:
                 lost = lost_result(call.name)
                 out.append(ToolResultEntry(call.id, lost.content, lost.is_error, call.name))
-        out.extend(r for i, r in enumerate(block) if i not in matched)
+        answering = set(matched)
+        out.extend(r for i, r in enumerate(block) if i not in answering)
     return out
 
 
@@ -347,6 +349,7 @@ def normalize_tool_call_ids(
     """Step 7: provider-safe ids, unique over the history, on calls and results alike."""
     limit = rules.max_tool_id_length
     used: set[str] = set()
+    tried: dict[str, int] = {}
     out: list[Entry] = []
     for entry, calls, block in _blocks(entries):
         if isinstance(entry, ToolResultEntry):  # a stray result: made safe, not unique
@@ -355,7 +358,7 @@ def normalize_tool_call_ids(
         if not calls:
             out.append(entry)
             continue
-        new_ids = [_unique(safe_tool_id(c.id, limit), used, limit) for c in calls]
+        new_ids = [_unique(safe_tool_id(c.id, limit), used, limit, tried) for c in calls]
         if new_ids == [c.id for c in calls] and all(
             r.call_id == safe_tool_id(r.call_id, limit) for r in block
         ):
@@ -387,11 +390,15 @@ def safe_tool_id(raw: str, limit: int) -> str:
     return safe
 
 
-def _unique(candidate: str, used: set[str], limit: int) -> str:
-    unique, number = candidate, 2
+def _unique(candidate: str, used: set[str], limit: int, tried: dict[str, int]) -> str:
+    """``candidate``, or the first of ``candidate_2``, ``_3`` ... not ``used``. ``tried``
+    remembers where each candidate's numbers stopped (every one below was taken, and
+    ``used`` only grows): 1,024 calls sharing an id cost 1,024 tries, not half a million."""
+    unique, number = candidate, tried.get(candidate, 2)
     while unique in used:
         suffix = f"_{number}"
         unique = candidate[: limit - len(suffix)] + suffix
         number += 1
+    tried[candidate] = number
     used.add(unique)
     return unique

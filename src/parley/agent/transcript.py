@@ -13,7 +13,7 @@ estimate). The steps themselves live in ``agent/repair.py`` and ``agent/trim.py`
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -78,7 +78,7 @@ def fold(entries: Iterable[Entry]) -> list[Message]:
     """
     out: list[Message] = []
     owner: int | None = None  # index in ``out`` of the assistant whose results follow
-    waiting: dict[str, list[ToolResultEntry]] = {}  # its results so far, by call id
+    waiting: dict[str, deque[ToolResultEntry]] = {}  # its results so far, by call id
 
     def attach() -> None:
         if owner is None or not waiting:
@@ -89,7 +89,7 @@ def fold(entries: Iterable[Entry]) -> list[Message]:
             if isinstance(part, ToolCallPart) and part.result is None:
                 queue = waiting.get(part.id)
                 if queue:
-                    entry = queue.pop(0)
+                    entry = queue.popleft()
                     parts[index] = part.answered(
                         ToolResult(entry.content, entry.is_error, entry.started_at, entry.seconds)
                     )
@@ -107,7 +107,7 @@ def fold(entries: Iterable[Entry]) -> list[Message]:
             continue
         if owner is None:
             raise ValueError(f"tool result {entry.call_id!r} does not follow an assistant message")
-        waiting.setdefault(entry.call_id, []).append(entry)
+        waiting.setdefault(entry.call_id, deque()).append(entry)
     attach()
     return out
 
