@@ -180,9 +180,10 @@ class ChatSettings(_Section):
         default=1024, ge=1, description="Tool calls one message of a request may carry."
     )
     max_parts: int = Field(
-        default=50_000,
+        default=20_000,
         ge=1,
-        description="Content parts and tool calls of all a request's messages together.",
+        description="Content parts and tool calls of all a request's messages together "
+        "(each costs work on the event loop: 20,000 tool calls about 0.3 s).",
     )
     max_tokens_limit: int = 1_000_000
     fast_model: str | None = Field(

@@ -197,7 +197,7 @@ def test_a_request_with_too_many_parts_in_all_is_refused() -> None:
     """Content items (a string is one) and tool calls of every message count."""
     registry = build_registry(Settings())
     limits = ChatSettings(max_parts=100)
-    assert ChatSettings().max_parts == 50_000
+    assert ChatSettings().max_parts == 20_000
     texts = [{"type": "text", "text": "a"}] * 30
     messages = [
         {"role": "user", "content": texts},
