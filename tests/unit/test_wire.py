@@ -211,3 +211,25 @@ def test_a_request_with_too_many_parts_in_all_is_refused() -> None:
         to_turn(wire(*messages), caller=Caller("o"), limits=limits, tools=registry)
     assert caught.value.param == "messages"
     assert "101 > 100" in caught.value.message
+
+
+def test_extra_body_is_held_to_the_limits_of_the_body() -> None:
+    """``tool_config`` names server tools as ``tools`` does, and ``extra_body`` carries
+    ``approvals`` as the body does: neither was bounded there."""
+    registry = build_registry(Settings())
+    limits = ChatSettings(max_tools=3)
+    names = {f"mcp__srv__t{i}": {} for i in range(4)}
+    body = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "user", "content": "x"}], "tool_config": names}
+    )
+    with pytest.raises(InvalidRequest) as caught:
+        to_turn(body, caller=Caller("o"), limits=limits, tools=registry)
+    assert caught.value.param == "tool_config"
+    decisions = [{"tool_call_id": f"c{i}", "decision": "approve"} for i in range(257)]
+    body = ChatCompletionRequest.model_validate(
+        {"messages": [], "conversation_id": "conv_1", "extra_body": {"approvals": decisions}}
+    )
+    with pytest.raises(InvalidRequest) as caught:
+        to_turn(body, caller=Caller("o"), limits=ChatSettings(), tools=registry)
+    assert caught.value.param == "approvals"
+    assert "at most 256" in caught.value.message

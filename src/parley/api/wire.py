@@ -42,6 +42,9 @@ from parley.providers.protocol import SAMPLING_OPTIONS
 from parley.settings import ChatSettings
 from parley.tools.registry import ToolRegistry
 
+MAX_DECISIONS = 256
+"""Decisions in one request's ``approvals``."""
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -162,7 +165,7 @@ class ChatCompletionRequest(_Wire):
     ``mcp.use_by_default`` setting on /v1, off on Chatchat's route."""
     assistant: str | None = Field(default=None, min_length=1, max_length=100)
     """An assistant preset (id or name): its prompt, model, sampling, tools, policies."""
-    approvals: list[ApprovalDecision] | None = Field(default=None, max_length=256)
+    approvals: list[ApprovalDecision] | None = Field(default=None, max_length=MAX_DECISIONS)
     """Decisions on the calls a paused reply of ``conversation_id`` waits on: it carries
     on (``messages`` are then not used and may be empty)."""
     knowledge_bases: (
@@ -209,6 +212,10 @@ def to_turn(
     approvals = _decisions(body.approvals if body.approvals is not None else extra.get("approvals"))
     tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
     if isinstance(tool_config, dict):
+        if len(tool_config) > limits.max_tools:
+            raise InvalidRequest(
+                f"too many tools ({len(tool_config)} > {limits.max_tools})", param="tool_config"
+            )
         for name in tool_config:
             if name not in tools and not is_mcp_tool(name):
                 raise InvalidRequest(
@@ -269,6 +276,8 @@ def _decisions(raw: Any) -> tuple[Decision, ...]:
         return ()
     if not isinstance(raw, list):
         raise InvalidRequest("approvals must be a list of decisions", param="approvals")
+    if len(raw) > MAX_DECISIONS:  # from extra_body: the field's own limit did not apply
+        raise InvalidRequest(f"at most {MAX_DECISIONS} decisions", param="approvals")
     decisions: list[Decision] = []
     for index, item in enumerate(raw):
         param = f"approvals.{index}"
