@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -230,3 +232,61 @@ async def test_an_answer_from_the_reader_is_a_text_frame(pool: ReaderPool) -> No
     assert len(frames) == 1
     assert isinstance(frames[0], Text)
     assert frames[0].text == "# Title"
+
+
+async def test_an_idle_reader_exits_and_a_worn_one_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readers = ReaderPool(DocumentSettings(reader=READER, idle_seconds=0.3))
+    try:
+        await read(readers, "a.txt")
+        [idle] = readers.pids()
+        assert await gone(idle, 5)
+        assert readers.pids() == []
+        monkeypatch.setattr("parley.extraction.pool.MAX_JOBS", 2)
+        await read(readers, "b.txt")
+        [first] = readers.pids()
+        await read(readers, "c.txt")  # its second job: retired after it
+        assert await gone(first, 5)
+        await read(readers, "d.txt")
+        assert readers.pids() != [first]
+        assert readers.started == 3
+    finally:
+        await readers.aclose()
+
+
+ORPHAN = """
+import asyncio, sys
+from parley.extraction.pool import ReaderPool
+from parley.extraction.protocol import ReadAttachment
+from parley.extraction.settings import DocumentSettings
+
+async def main() -> None:
+    pool = ReaderPool(DocumentSettings(reader=sys.argv[1]))
+    job = asyncio.ensure_future(
+        pool.run(lambda n: ReadAttachment(n, "hang.txt", "eA==", None), owner="a", deadline=600)
+    )
+    while not pool.pids():
+        await asyncio.sleep(0.01)
+    print(pool.pids()[0], flush=True)
+    await job
+
+asyncio.run(main())
+"""
+
+
+async def test_a_reader_dies_with_the_server() -> None:
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ORPHAN, READER, stdout=asyncio.subprocess.PIPE
+    )
+    assert server.stdout is not None
+    pid = int(await server.stdout.readline())
+    try:
+        await asyncio.sleep(1.5)  # started, and stuck in its document
+        assert alive(pid)
+        server.kill()  # as a crash would: nothing closes the pool
+        await server.wait()
+        assert await gone(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -10,7 +10,9 @@ closes (the server stopped, or died).
 A job that raises is a ``Failed`` frame, not the end of the process; but running out of
 memory (``MemoryError``) ends the process after saying so (``retire``), as its heap may
 be left fragmented. The server kills the process, never asks it, when a job runs past
-its deadline or is cancelled: nothing here watches the time.
+its deadline or is cancelled: nothing here watches the time. If the server itself dies,
+the kernel kills the reader too (Linux's parent-death signal), so an orphaned reader
+never runs a document on to its end.
 
 Native code may print to file descriptor 1: before anything is imported, the protocol
 moves to a private copy of it and fd 1 is pointed at stderr, so stray output can never
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import resource
+import signal
 import sys
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -39,6 +43,9 @@ from parley.extraction.protocol import (
 
 if TYPE_CHECKING:
     from parley.extraction.readers import Reader
+
+
+PR_SET_PDEATHSIG = 1
 
 
 class _Out:
@@ -62,6 +69,19 @@ def _limit(memory_mb: int, nice: int) -> None:
         resource.setrlimit(kind, (value, value))
     with contextlib.suppress(OSError):
         os.nice(nice)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the server dies (Linux; elsewhere the reader exits at end of input,
+    once its document is done)."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os._exit(0)
 
 
 def _protocol_streams() -> tuple[BinaryIO, _Out]:
@@ -91,6 +111,7 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=10)
     parser.add_argument("--reader", required=True)
     args = parser.parse_args()
+    _die_with_parent()
     _limit(args.memory_mb, args.nice)
     stream, out = _protocol_streams()
     try:  # imported after the limits are set; a bad name fails here, before Ready
