@@ -372,6 +372,26 @@ async def test_lorebook_scans_the_request_as_sent_not_the_reminders() -> None:
     assert result.lorebook_entries == []
 
 
+async def test_a_lorebook_scans_a_long_request_within_its_time() -> None:
+    """Plain keywords were not timed: each casefolded the whole scanned text again, and
+    each scan depth joined its messages anew (and kept them all), so 20 entries of 100
+    keywords over a 10 MB request froze the event loop 17 s (500 entries: minutes). The
+    lorebook's scanning now shares its budget, and each depth's text is built once."""
+    messages = [
+        text_message("user" if i % 2 == 0 else "assistant", "word " * 4000) for i in range(500)
+    ]
+    messages.append(text_message("user", "and the Dragon?"))
+    found = LorebookEntry("dragon", "DRAGON LORE", ("dragon",), scan_depth=1)
+    entries = [
+        LorebookEntry(f"e{k}", "NOPE", tuple(f"kw{k}_{j}" for j in range(100)), scan_depth=999 - k)
+        for k in range(20)
+    ]
+    started = time.monotonic()
+    result = await build_pipeline(lore(found, *entries)).apply(messages, context())
+    assert time.monotonic() - started < 1.5
+    assert result.lorebook_entries == ["dragon"]
+
+
 # --- placeholders -----------------------------------------------------------------------
 
 
