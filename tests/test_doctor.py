@@ -104,6 +104,25 @@ def test_a_working_installation_passes(tmp_path: Path) -> None:
     assert local.status == "ok"
     assert "answers in its worker process" in local.detail
     assert "tokens/s" in local.detail
+    readers = found["document readers"]
+    assert readers.status == "ok", readers
+    assert "a reader started and read a document" in readers.detail
+
+
+def test_document_readers_that_cannot_start_are_a_failure(tmp_path: Path) -> None:
+    config = {
+        "providers": [_local(tmp_path, "local", "scripted.gguf")],
+        "knowledge": {"embedder": "none"},
+        "documents": {"reader": "no_such_module:read"},
+    }
+    code, found = doctor(tmp_path, config)
+
+    assert code == 1
+    readers = found["document readers"]
+    assert readers.status == "fail"
+    assert "no document reader could start" in readers.detail
+    assert "No module named 'no_such_module'" in readers.detail
+    assert readers.fix is not None
 
 
 def test_a_database_behind_the_code_is_a_warning_and_a_migrated_one_is_fine(

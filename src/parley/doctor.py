@@ -2,7 +2,8 @@
 
 Each check gives a ``Finding``: Python and the platform, the CPU's features, the local
 model (loaded and asked for a few tokens in its worker process, as the server would),
-the database, the embedding model, and every configured provider (its models listed).
+the database, a document reader process (started under its limits and given a document),
+the embedding model, and every configured provider (its models listed).
 A check that fails says how to fix it. Nothing here changes anything: the database is
 read, never migrated, and no model is downloaded.
 
@@ -62,6 +63,7 @@ async def diagnose(settings: Settings) -> list[Finding]:
         if p.kind == "local"
     ]
     findings.append(await database_finding(settings))
+    findings.append(await reader_finding(settings))
     if settings.tools.shell.enabled:
         findings.append(await sandbox_finding(settings))
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=5.0)) as client:
@@ -181,6 +183,34 @@ async def sandbox_finding(settings: Settings) -> Finding:
         return Finding("shell sandbox", "fail", str(exc), "the shell refuses to run until then")
     network = "with the network" if shell.network else "without network"
     return Finding("shell sandbox", "ok", f"bubblewrap at {sandbox.program}, {network}")
+
+
+async def reader_finding(settings: Settings) -> Finding:
+    """A document reader starts under the ``documents`` limits and reads a document."""
+    from parley.extraction.clients import AttachmentReader
+    from parley.extraction.pool import ReaderPool
+    from parley.messages import FilePart
+    from parley.transforms.documents import DocumentLimits
+
+    documents = settings.documents
+    pool = ReaderPool(documents)
+    part = FilePart("doctor.txt", "data:text/plain,Parley%27s%20doctor")
+    started = time.perf_counter()
+    try:
+        read = await AttachmentReader(pool).read(part, DocumentLimits(), "parley-doctor")
+    except ParleyError as exc:
+        fix = "raise documents.max_memory_mb, or check documents.reader"
+        return Finding("document readers", "fail", exc.message, fix)
+    finally:
+        await pool.aclose()
+    seconds = time.perf_counter() - started
+    if read.text != "Parley's doctor":
+        return Finding("document readers", "fail", f"read {read.text[:80]!r}", None)
+    detail = (
+        f"a reader started and read a document in {seconds:.1f} s ({documents.workers} "
+        f"at most at once, {documents.max_memory_mb} MB each)"
+    )
+    return Finding("document readers", "ok", detail)
 
 
 async def database_finding(settings: Settings) -> Finding:
