@@ -92,10 +92,13 @@ class Budget:
     not do: 100 parts each cut at 100 ms froze the server for 10 s.
     """
 
-    __slots__ = ("_left", "told")
+    __slots__ = ("_at_once", "_left", "told")
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, at_once: float | None = None) -> None:
         self._left = seconds
+        self._at_once = at_once
+        """The most one use may take (None: all that is left): a request checked in
+        slices, the event loop let run between them, holds it this long at most."""
         self.told = False
         """Whether running out was logged (once is enough: then everything is skipped)."""
 
@@ -109,6 +112,6 @@ class Budget:
             raise TimeoutError("the regular expressions' time is up")
         started = time.monotonic()
         try:
-            yield self._left
+            yield self._left if self._at_once is None else min(self._left, self._at_once)
         finally:
             self._left -= time.monotonic() - started

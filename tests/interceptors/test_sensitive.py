@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from parley.errors import ConfigurationError
 from parley.events import Done, Event, ReasoningDelta, TextDelta, ToolCallDelta, UsageEvent
 from parley.identity import Caller
+from parley.interceptors.builtins import sensitive as sensitive_module
 from parley.interceptors.builtins.redaction import Redactor, Rule, StreamRedactor
 from parley.interceptors.builtins.sensitive import ContentRejected, SensitiveFilter
 from parley.interceptors.chain import InterceptorChain
@@ -28,6 +29,7 @@ from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.settings import Settings
 from parley.store.audit import AuditLog
+from tests.support.probe import longest_pause
 
 pytestmark = pytest.mark.anyio
 
@@ -469,22 +471,49 @@ def _slow_text(sensitive: SensitiveFilter) -> str:
     raise AssertionError("the pattern never took 20 ms")
 
 
-async def test_the_checks_of_one_call_share_one_budget() -> None:
-    """A time limit per text let 40 texts that each take a little less cost 40 times the
-    limit on the event loop; one call's checks (its request, its stream) now share one
-    budget, and fail closed when it is spent."""
+async def test_a_request_is_checked_within_one_budget_letting_the_loop_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A time limit per text let 40 texts that each take a little less hold the event
+    loop for all of them (and a 10 MB history 0.6 s a call with common patterns). One
+    call's request shares one budget, checked a slice at a time with the loop let run in
+    between, and fails closed when the budget is spent."""
     sensitive = make_filter(patterns=["(a|aa)+$"])
     slow = _slow_text(sensitive)
     parts = tuple(TextPart(f"{i} {slow}") for i in range(40))  # each checked: none cached
     request = ModelRequest("mock-model", (Message("user", parts),))
+    longest = await longest_pause(sensitive.before_request(request, make_call()))
+    assert longest < 0.4, f"the event loop waited {longest:.2f} s"  # 40 x 20 ms before
+
+    monkeypatch.setattr(sensitive_module, "REQUEST_SECONDS", 0.2)
+    fresh = make_filter(patterns=["(a|aa)+$"])  # nothing remembered
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        await sensitive.before_request(request, make_call())
+        await fresh.before_request(request, make_call())
     assert time.monotonic() - started < 0.8
 
+
+async def test_a_long_text_is_checked_in_slices_exactly() -> None:
+    sensitive = make_filter()
+    text = ("call 555-1234 now, it is a secret. " * 4000)[:-1]
+    assert len(text) > 3 * sensitive_module.SLICE_CHARS
+    request = ModelRequest("mock-model", (text_message("user", text),))
+    changed = await sensitive.before_request(request, make_call())
+    assert changed is not None
+    assert changed.messages[0].text == REDACTOR.redact(text).text
+
+
+async def test_the_checks_of_one_reply_share_one_budget() -> None:
+    """A reply's chunks each had their own time limit too."""
+    sensitive = make_filter(patterns=["(a|aa)+$"])
+    slow = _slow_text(sensitive)
     call = make_call()
-    started = time.monotonic()
-    with pytest.raises(TimeoutError):
+
+    def stream() -> None:
         for i in range(40):
             sensitive.on_stream_event(TextDelta(f"{i} {slow}\n"), call)
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        stream()
     assert time.monotonic() - started < 0.8

@@ -1,9 +1,12 @@
-"""A probe of the server's responsiveness, for tests that attack it (issue 17)."""
+"""Probes of responsiveness, for tests that attack it (issue 17): a real server's
+``/health``, and an event loop's longest pause."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Awaitable
 
 import httpx
 
@@ -44,3 +47,27 @@ class HealthProbe:
                     pass
                 self.worst = max(self.worst, time.monotonic() - started)
                 self._stop.wait(0.05)
+
+
+async def longest_pause(work: Awaitable[object]) -> float:
+    """The longest the event loop was held while ``work`` ran (a task ticks meanwhile)."""
+    longest, last, done = 0.0, time.monotonic(), False
+
+    async def tick() -> None:
+        nonlocal longest, last
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            longest, last = max(longest, now - last), now
+            if done:
+                return
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)  # ticking before the work starts
+    last = time.monotonic()
+    try:
+        await work
+    finally:
+        done = True
+        await ticker
+    return longest

@@ -11,14 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.messages import ImagePart, TextPart
+from parley.messages import ImagePart, Message, TextPart
 from parley.patterns import Budget
 from parley.transforms.output import (
     DisplayRewriter,
     RegexRule,
     apply_rules,
     rewrite_parts,
+    store_user_messages,
+    turn_budget,
 )
+from tests.support.probe import longest_pause
 
 
 def cut(text: str, points: list[int]) -> list[str]:
@@ -206,3 +209,21 @@ def test_a_stream_out_of_time_passes_the_rest_as_it_is() -> None:
     shown = rewriter.feed(VICTIM) + rewriter.feed(" and more a") + rewriter.finish()
     assert shown == VICTIM + " and more a"
     assert budget.left == 0
+
+
+@pytest.mark.anyio
+async def test_user_messages_are_rewritten_newest_first_letting_the_loop_run() -> None:
+    """The storage rules of a request's user messages ran in one go: 10 messages that
+    each took a rule its whole 100 ms held the event loop 1 s. The turn's budget now
+    bounds them all, and the loop runs between parts."""
+    cheap = RegexRule("!", "?", roles=frozenset({"user"}))
+    messages = [Message("user", (TextPart(VICTIM),)) for _ in range(10)]
+    stored: list[Message] = []
+
+    async def store() -> None:
+        stored.extend(await store_user_messages(messages, [EVIL, cheap], turn_budget()))
+
+    longest = await longest_pause(store())
+    assert longest < 0.3, f"the event loop waited {longest:.2f} s"
+    assert stored[-1].text == VICTIM.replace("!", "?")  # the newest had the time
+    assert stored[0].text == VICTIM  # the oldest did not

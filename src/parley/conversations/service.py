@@ -69,7 +69,7 @@ from parley.tools.builtins.workspace import SEARCH_SECONDS
 from parley.tools.protocol import Reach
 from parley.tools.registry import ToolRegistry
 from parley.transforms.images import ImageSaver
-from parley.transforms.output import RULES_SECONDS, store_user_messages
+from parley.transforms.output import store_user_messages, turn_budget
 
 log = logging.getLogger(__name__)
 
@@ -311,8 +311,8 @@ class ConversationService:
             _check_input(new[-1], len(turn.messages) - 1)
         # the assistant's storage rules for user messages (what is stored is sent), under
         # the turn's budget, which the reply's rules share
-        rules, budget = regex_rules(assistant), Budget(RULES_SECONDS)
-        new = store_user_messages(new, rules, budget)
+        rules, budget = regex_rules(assistant), turn_budget()
+        new = await store_user_messages(new, rules, budget)
 
         tools, server_tools = await self._turn_tools.with_mcp(
             turn, assistant, model, server_tools, resumed_mcp, notes

@@ -1,7 +1,8 @@
 """Output transformers: regex rules rewrite replies, for storage or for display.
 
-Pure and synchronous: text goes in, text (or stream events) comes out. Choosing the rules
-for a conversation, persisting, and saving images (``images.py``) belong elsewhere.
+Pure: text goes in, text (or stream events) comes out (``store_user_messages`` awaits
+only to let the event loop run between parts). Choosing the rules for a conversation,
+persisting, and saving images (``images.py``) belong elsewhere.
 
 Think tags (``<think>…</think>`` in a reply's text) become reasoning as the stream is
 read, in ``agent/stream.py`` (``ThinkTagReader``), where every reply passes.
@@ -13,12 +14,13 @@ in the order given, each over the whole output of the one before (``re.sub``), w
 Python's replacement syntax (``\\1``, ``\\g<name>``).
 
 Patterns are compiled by ``parley.patterns`` and matched under one ``Budget`` per turn
-(``RULES_SECONDS``): the user's messages as they are stored, the reply as it streams,
-as it is stored and as it is shown all draw on it, however many messages, parts and
-chunks there are (only the time spent matching counts). A rule that runs out of time
-is skipped (a stream stops applying it) and logged, and once the budget is spent every
-rule is skipped, so a pattern that backtracks without end costs its author that long,
-and nobody else anything.
+(``turn_budget``: ``RULES_SECONDS``, at most ``RULES_AT_ONCE`` for one rule on one
+text): the user's messages as they are stored, the reply as it streams, as it is stored
+and as it is shown all draw on it, however many messages, parts and chunks there are
+(only the time spent matching counts). A rule that runs out of time is skipped (a
+stream stops applying it) and logged, and once the budget is spent every rule is
+skipped, so a pattern that backtracks without end costs its author that long, and
+nobody else anything.
 
 ``DisplayRewriter`` applies rules to a stream. Its output joined equals ``apply_rules``
 on the whole text, however the text is split, provided every match, together with what
@@ -31,9 +33,11 @@ when its pattern has no look-ahead and a bounded width (``foo`` holds back 5).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -44,6 +48,16 @@ from parley.patterns import Budget, Pattern, PatternError, compile_pattern
 log = logging.getLogger(__name__)
 RULES_SECONDS = 0.25
 """What an assistant's rules may take over one turn, all told (a ``Budget``)."""
+RULES_AT_ONCE = 0.1
+"""What one rule may take on one text, as each text had before the turn's budget."""
+YIELD_SECONDS = 0.01
+"""``store_user_messages`` lets the event loop run after this much work."""
+
+
+def turn_budget() -> Budget:
+    """The time an assistant's rules have for one turn."""
+    return Budget(RULES_SECONDS, at_once=RULES_AT_ONCE)
+
 
 # --- regex rules ---------------------------------------------------------------------
 
@@ -148,20 +162,31 @@ def rewrite_parts(
     )
 
 
-def store_user_messages(
+async def store_user_messages(
     messages: Sequence[Message], rules: Sequence[RegexRule], budget: Budget
 ) -> list[Message]:
-    """``messages`` with the storage rules applied to the user messages, newest first:
-    when the budget runs out, the older ones (a stateless request's history) are the
-    ones left as they are."""
-    if not any(rule.applies("user", for_storage=True) for rule in rules):
-        return list(messages)
+    """``messages`` with the storage rules applied to the user messages, newest first
+    (when the budget runs out, the older ones, a stateless request's history, are left
+    as they are), letting the event loop run between parts."""
     out = list(messages)
+    if not any(rule.applies("user", for_storage=True) for rule in rules):
+        return out
+    resumed = time.monotonic()
     for index in range(len(out) - 1, -1, -1):
         message = out[index]
-        if message.role == "user":
-            parts = rewrite_parts(message.parts, rules, "user", for_storage=True, budget=budget)
-            out[index] = Message(message.role, parts, message.name)
+        if message.role != "user":
+            continue
+        parts: list[Part] = []
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                part = TextPart(
+                    apply_rules(part.text, rules, "user", for_storage=True, budget=budget)
+                )
+                if time.monotonic() - resumed > YIELD_SECONDS:
+                    await asyncio.sleep(0)
+                    resumed = time.monotonic()
+            parts.append(part)
+        out[index] = Message(message.role, tuple(parts), message.name)
     return out
 
 

@@ -12,11 +12,11 @@ no later chunk can change, holding back the last ``hold_chars`` characters (a wo
 pattern match that may still be completed) and any match that started before them.
 
 Patterns are checked by ``parley.patterns`` (length, syntax, repetition) and matched by
-the ``regex`` module under a ``Budget`` (``MATCH_SECONDS``) that the interceptor gives
-each call, for all its texts and chunks: a pattern that backtracks without end on some
-text, or many texts that each take a little less, raise ``TimeoutError`` once it is
-spent, which the interceptor chain's security band turns into a refused call (it fails
-closed), instead of stalling the server.
+the ``regex`` module under a ``Budget`` the interceptor gives each request and each
+reply (``MATCH_SECONDS`` by default), for all their texts and chunks: a pattern that
+backtracks without end on some text, or many texts that each take a little less, raise
+``TimeoutError`` once it is spent, which the interceptor chain's security band turns
+into a refused call (it fails closed), instead of stalling the server.
 
 For patterns that guarantee holds only if a pattern needs at most ``max_pattern_chars``
 characters from where its match starts (the match and any look-ahead); ``long_patterns``
@@ -37,8 +37,8 @@ from parley.errors import ConfigurationError
 from parley.patterns import Budget, Pattern, PatternError, compile_pattern
 
 MATCH_SECONDS = 0.25
-"""What the matching of one call may take in all (a model call: its request's texts, its
-streamed and its final reply; a tool call: its result) before the check fails closed."""
+"""What the matching of one reply may take in all (streamed and final), or of one tool
+result, before the check fails closed (``Budget`` s given by the interceptor)."""
 
 NUMBERED_BACKREFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\[1-9]|\(\?\(\d")
 """``\\1`` or ``(?(1)...)``: group numbers shift once the patterns are combined."""

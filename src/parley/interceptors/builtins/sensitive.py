@@ -15,9 +15,13 @@ reply release what is held. Redacted reasoning loses its signature (it would no 
 verify). Tool results are redacted too (``redact_tool_results``), and so is whatever an
 inner interceptor's ``after_response`` wrote. Tool-call arguments are left alone.
 
-The matching of one call (its request's texts, its stream, its final reply; a tool
-call's result) shares one time budget (``redaction.MATCH_SECONDS``): once it is spent,
-the check fails closed.
+Time: the texts of one call's request share ``REQUEST_SECONDS``, checked a slice of
+``SLICE_CHARS`` at a time (``MATCH_SECONDS`` at most each) with the event loop let run
+between slices (a slice's result is exact: it is the stream redactor's); its reply,
+streamed and final, shares ``redaction.MATCH_SECONDS``, and so does a tool call's
+result. Once a budget is spent the check fails closed. Before, each text had its own
+limit and a request of many texts held the event loop for all of them (a 10 MB history:
+0.6 s a call with a phone-number pattern, 3 s with an email one).
 
 Each detection is counted per call and recorded when the call ends: one audit row
 (kind ``detection``) per rule, where and outcome, naming the rule (``word:words.txt:3``),
@@ -29,6 +33,7 @@ What does not belong here: the matching itself (``redaction.py``), writing audit
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
@@ -58,6 +63,12 @@ log = logging.getLogger(__name__)
 
 REQUEST_CACHE_SIZE = 1024
 """Texts whose redaction is remembered: a long history is checked once, not per call."""
+REQUEST_SECONDS = 3.0
+"""What checking one model call's request may take, all its texts together (the event
+loop runs between slices, each of which may take ``MATCH_SECONDS``: 10 MB of history
+takes about 0.6 s with common patterns)."""
+SLICE_CHARS = 32_768
+"""How much of a request's text is checked before the event loop gets a turn."""
 
 Where = Literal["request", "response", "reasoning", "tool"]
 Outcome = Literal["replaced", "rejected", "redacted"]
@@ -141,17 +152,34 @@ class _Remembered:
         self.hits = 0
         self.misses = 0
 
-    def __call__(self, text: str, budget: Budget) -> Redaction:
+    async def __call__(self, text: str, budget: Budget) -> Redaction:
         found = self._found.get(text)
         if found is not None:
             self.hits += 1
             self._found.move_to_end(text)
             return found
         self.misses += 1
-        found = self._found[text] = self._redactor.redact(text, budget)
+        found = self._found[text] = await _sliced(self._redactor, text, budget)
         if len(self._found) > REQUEST_CACHE_SIZE:
             self._found.popitem(last=False)
         return found
+
+
+async def _sliced(redactor: Redactor, text: str, budget: Budget) -> Redaction:
+    """``redactor.redact(text)`` under ``budget``, ``SLICE_CHARS`` at a time with the
+    event loop let run in between: a stream of slices gives exactly the whole text's
+    redaction (``StreamRedactor``)."""
+    if len(text) <= SLICE_CHARS:
+        redaction = redactor.redact(text, budget)
+        await asyncio.sleep(0)
+        return redaction
+    stream = StreamRedactor(redactor, budget)
+    pieces: list[str] = []
+    for start in range(0, len(text), SLICE_CHARS):
+        pieces.append(stream.feed(text[start : start + SLICE_CHARS]))
+        await asyncio.sleep(0)
+    pieces.append(stream.flush())
+    return Redaction("".join(pieces), tuple(stream.detections))
 
 
 class SensitiveFilter(Interceptor):
@@ -197,8 +225,8 @@ class SensitiveFilter(Interceptor):
         return state
 
     def _budget(self, call: CallInfo) -> Budget:
-        """The time this call's matching may take, all told (kept after its stream's
-        state is gone: ``after_response`` comes later)."""
+        """The time this call's reply (or result) may take to check, all told (kept
+        after its stream's state is gone: ``after_response`` comes later)."""
         budget = call.data.setdefault((self, Budget), Budget(MATCH_SECONDS))
         assert isinstance(budget, Budget)
         return budget
@@ -214,10 +242,13 @@ class SensitiveFilter(Interceptor):
         if not users:
             return None
         newest = users[-1]
+        budget = Budget(REQUEST_SECONDS, at_once=MATCH_SECONDS)
         if self._settings.on_request == "reject" and call.purpose == "chat":
-            budget = self._budget(call)
-            texts = _texts(messages[newest])
-            found = [rule for text in texts for rule in self._redact(text, budget).detections]
+            found = [
+                rule
+                for text in _texts(messages[newest])
+                for rule in (await self._redact(text, budget)).detections
+            ]
             if found:
                 state.counts.update((rule, "request", "rejected") for rule in found)
                 raise ContentRejected(
@@ -225,7 +256,7 @@ class SensitiveFilter(Interceptor):
                 )
         changed = False
         for index in reversed(users):  # the newest first, should the time run out
-            redacted, found = self._clean(messages[index], self._budget(call))
+            redacted, found = await self._clean(messages[index], budget)
             if redacted is None:
                 continue
             messages[index] = redacted
@@ -235,13 +266,13 @@ class SensitiveFilter(Interceptor):
                 state.counts.update((rule, "request", "replaced") for rule in found)
         return replace(request, messages=tuple(messages)) if changed else None
 
-    def _clean(self, message: Message, budget: Budget) -> tuple[Message | None, list[Rule]]:
+    async def _clean(self, message: Message, budget: Budget) -> tuple[Message | None, list[Rule]]:
         """The message with its text redacted (None: unchanged) and what was found."""
         parts: list[Part] = []
         found: list[Rule] = []
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:
-                redaction: Redaction = self._redact(part.text, budget)
+                redaction: Redaction = await self._redact(part.text, budget)
                 if redaction.detections:
                     found += redaction.detections
                     part = TextPart(redaction.text)
