@@ -36,7 +36,7 @@ from parley.api.sse import (
     usage_to_openai,
 )
 from parley.api.state import AppState
-from parley.api.wire import ChatCompletionRequest, to_turn
+from parley.api.wire import ChatCompletionRequest, check_counts, to_turn
 from parley.conversations.generation import Generation
 from parley.errors import InvalidRequest, ParleyError, PayloadTooLarge, UnsupportedMediaType
 from parley.events import (
@@ -146,6 +146,7 @@ async def answer(
 ) -> Response:
     """The chat-completions answer to the request body ``data`` (its turn changed by
     ``changes``: a route's anchor, for one)."""
+    check_counts(data, state.settings.chat)
     body = chat_request(data)
     turn = to_turn(
         body,
