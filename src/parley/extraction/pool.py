@@ -222,7 +222,7 @@ class ReaderPool:
             self._kill(reader, f"it ran past its deadline of {deadline:g} s")
             raise ReadTimedOut(f"reading it took longer than {deadline:g} s") from None
         except asyncio.CancelledError:
-            self._kill(reader, "its request was cancelled")
+            self._kill(reader, "its request was cancelled", level=logging.INFO)
             raise
         finally:
             reader.jobs += 1
@@ -242,9 +242,9 @@ class ReaderPool:
             raise ReaderCrashed("the process reading it broke the protocol")
         return frame
 
-    def _kill(self, reader: _Reader, why: str) -> None:
+    def _kill(self, reader: _Reader, why: str, *, level: int = logging.WARNING) -> None:
         if reader.alive:
-            log.warning("document reader %d killed: %s", reader.pid, why)
+            log.log(level, "document reader %d killed: %s", reader.pid, why)
             self.killed += 1
             reader.kill()
 
