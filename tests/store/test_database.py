@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Connection, text
 
 from parley.settings import Settings
+from parley.store import database as database_module
 from parley.store.database import Database
 
 pytestmark = pytest.mark.anyio
@@ -95,3 +96,36 @@ def test_rows_written_by_the_standard_library_json_still_read() -> None:
     assert _json_value(_json_text({"t": "\udcff"})) == {"t": "\udcff"}
     assert _json_value(_json_text({"n": 2**70})) == {"n": 2**70}
     assert _json_text({"t": "é"}) == '{"t":"é"}'
+
+
+async def test_background_writes_leave_the_loop_most_of_its_time(database: Database) -> None:
+    """Indexing writes on the loop pause after each transaction in proportion to it: a
+    run of them takes the loop at most ``BACKGROUND_SHARE`` of the time."""
+    busy = 0.004
+
+    def slow(name: str) -> Callable[[Connection], None]:
+        def transaction(conn: Connection) -> None:
+            insert_key(name)(conn)
+            until = time.perf_counter() + busy  # as a batch of chunks with their FTS rows
+            while time.perf_counter() < until:
+                pass
+
+        return transaction
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    ticking = asyncio.ensure_future(ticker())
+    began = time.perf_counter()
+    for n in range(25):
+        await database.write_in_background(slow(f"k{n}"))
+    elapsed = time.perf_counter() - began
+    ticking.cancel()
+    assert elapsed >= 25 * busy / database_module.BACKGROUND_SHARE * 0.9
+    assert ticks >= 25  # the loop ran other work between the writes
+    assert await count(database) == 25

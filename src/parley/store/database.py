@@ -15,6 +15,13 @@ Repositories write each transaction as one plain function of a SQLAlchemy
 - Other databases (PostgreSQL): the same function runs through the async engine's
   ``run_sync``.
 
+Background work (indexing a document, deleting one's chunks) writes through
+``write_in_background``: the same transaction, then on SQLite a pause in proportion to
+it, so that a run of them keeps the event loop busy at most ``BACKGROUND_SHARE`` of
+the time and the requests in between (and the reader threads, which need the GIL the
+loop holds while it writes) are not slowed down; each such transaction is kept to a
+millisecond or two by its caller.
+
 SQLite runs in WAL mode. ``synchronous`` defaults to NORMAL: in WAL mode a commit is
 durable against a crash of Parley itself (the WAL is written before the commit
 returns); only a power loss or OS crash can lose the last commits, never corrupt the
@@ -68,6 +75,11 @@ def _json_value(text: str | bytes) -> Any:
 LOCK_WAIT_MS = 20
 """How long one write attempt on the event loop may wait for SQLite's lock."""
 LOCK_RETRY_SECONDS = 0.05
+BACKGROUND_SHARE = 0.25
+"""The most of the event loop's time a run of background writes takes on SQLite.
+Measured indexing a 50 MB text in 250,000 chunks while another key probed the server:
+at 0.5 its slowest request took 207 ms and 4,300 chunks were written a second; at 0.25,
+100 ms and 2,350 a second (unpaced: 231 ms, 8,300 a second, the loop 66% busy)."""
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -114,6 +126,16 @@ class Database:
                 if time.monotonic() >= deadline:
                     raise
             await asyncio.sleep(LOCK_RETRY_SECONDS)
+
+    async def write_in_background(self, transaction: Callable[[Connection], T]) -> T:
+        """``write`` for background work: on SQLite, followed by a pause that keeps a
+        run of such writes to ``BACKGROUND_SHARE`` of the event loop's time."""
+        began = time.perf_counter()
+        result = await self.write(transaction)
+        if self._sync is not None:
+            spent = time.perf_counter() - began
+            await asyncio.sleep(spent * (1 - BACKGROUND_SHARE) / BACKGROUND_SHARE)
+        return result
 
     def _write_inline(self, transaction: Callable[[Connection], T]) -> T:
         writer = self._writer_connection()
