@@ -12,9 +12,11 @@ Three implementations of the ``Embedder`` protocol (``types.py``):
   sentence-transformers, a text is cut at 256 tokens, which is about 1,250 characters of
   plain English, 1,000 of technical prose and 850 of Markdown with code: the rest of a
   longer chunk is found by its words only. The model is loaded on first use, once per
-  process, and every local inference of the process runs on one worker thread, a batch
-  at a time, so concurrent callers neither block the event loop nor fight over the
-  cores, and a query waits for at most one batch (about 0.4 s).
+  process. Inference runs off the event loop in two lanes of one thread each, a batch
+  at a time: indexing (``for_indexing``, which the ingestion queue uses) and everything
+  else (searches, memory recalls and writes). A query therefore never waits behind an
+  indexing batch, and indexing, however much of it is queued, takes at most one core
+  (``lanes.py``).
 - ``OpenAIEmbedder`` calls an OpenAI-compatible ``POST {base_url}/embeddings``. Its
   ``model`` names the endpoint's host as well as the model (``openai/HOST/MODEL``, with
   ``@DIMENSIONS`` when they are asked for), since the same model name on two servers
@@ -34,13 +36,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import copy
 import hashlib
 import importlib
 import importlib.util
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from parley.knowledge.lanes import Lane, lane_thread
 from parley.knowledge.lexical import index_terms
 from parley.knowledge.types import EmbeddingError
 
@@ -104,19 +107,10 @@ def matrix_from_bytes(blobs: Iterable[bytes], dimensions: int) -> Vectors:
 
 # --- local model -----------------------------------------------------------------------
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
 _runtimes: dict[tuple[Path, int], _Runtime] = {}
-"""Loaded models by (file, threads); touched only on the worker thread."""
-
-
-def _worker() -> ThreadPoolExecutor:
-    """The one thread every local inference of the process runs on."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-embed")
-        return _executor
+"""Loaded models by (file, threads), shared by the lanes (onnxruntime sessions may run
+on several threads at once); loaded under ``_runtime_lock``."""
+_runtime_lock = threading.Lock()
 
 
 class LocalEmbedder:
@@ -163,6 +157,13 @@ class LocalEmbedder:
         self._threads = threads
         self._batch_size = batch_size
         self._batch_tokens = batch_tokens
+        self._lane: Lane = "queries"
+
+    def for_indexing(self) -> LocalEmbedder:
+        """The same model, on the indexing lane."""
+        twin = copy.copy(self)
+        twin._lane = "indexing"
+        return twin
 
     @property
     def model(self) -> str:
@@ -177,7 +178,7 @@ class LocalEmbedder:
         if not texts:
             return out
         loop = asyncio.get_running_loop()
-        worker = _worker()
+        worker = lane_thread(self._lane)
         # One executor job per batch, the first with the tokenising: a query queued
         # meanwhile waits for one batch, not the whole call, and is itself one job.
         encoded, batches, first = await loop.run_in_executor(worker, self._start, list(texts))
@@ -191,15 +192,20 @@ class LocalEmbedder:
     def _runtime(self) -> _Runtime:
         key = (self._path, self._threads)
         runtime = _runtimes.get(key)
-        if runtime is None:
-            try:
-                runtime = _Runtime(self._path, self._threads)
-            except EmbeddingError:
-                raise
-            except Exception as exc:
-                raise EmbeddingError(f"the local embedding model cannot be loaded: {exc}") from exc
-            _runtimes[key] = runtime
-        return runtime
+        if runtime is not None:
+            return runtime
+        with _runtime_lock:
+            runtime = _runtimes.get(key)
+            if runtime is None:
+                try:
+                    runtime = _Runtime(self._path, self._threads)
+                except EmbeddingError:
+                    raise
+                except Exception as exc:
+                    message = f"the local embedding model cannot be loaded: {exc}"
+                    raise EmbeddingError(message) from exc
+                _runtimes[key] = runtime
+            return runtime
 
     def _start(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]], Vectors]:
         encoded = self._runtime().tokenise(texts)
