@@ -12,6 +12,7 @@
     ├── NotFound                     404  unknown or someone else's id, unknown model
     ├── Conflict                     409
     ├── Overloaded                   503  (or 429) with retry_after
+    │   └── RateLimited              429  this caller's share is used up, with retry_after
     ├── ConfigurationError           raised at start-up for a bad settings file
     └── ProviderError                an upstream model call failed
         (status from upstream, provider name, retryable, retry_after)
@@ -93,6 +94,14 @@ class Overloaded(ParleyError):
     status = 503
     type = "overloaded_error"
     code = "overloaded"
+
+
+class RateLimited(Overloaded):
+    """The caller has used up its own share (others are still served): retry later."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limited"
 
 
 class ConfigurationError(ParleyError):

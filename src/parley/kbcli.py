@@ -159,7 +159,7 @@ def _upload(
                     "POST",
                     f"/knowledge_bases/{kb_id}/documents",
                     files=parts,
-                    allow=(400, 413, 503),
+                    allow=(400, 413, 429, 503),
                 )
             if isinstance(answer, httpx.Response):
                 error = _message(answer)

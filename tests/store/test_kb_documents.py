@@ -29,6 +29,7 @@ async def queued_document(store: KnowledgeStore) -> tuple[str, str]:
         size=10,
         sha256="0" * 64,
         max_pending=10,
+        max_per_owner=10,
     )
     return base.id, document.id
 
@@ -67,7 +68,7 @@ async def test_a_superseded_run_can_no_longer_write_finish_or_purge(database: Da
 
     await store.cancel(OWNER, kb_id, document_id)
     assert not await current(database, document_id, first)
-    await store.requeue(OWNER, kb_id, document_id, max_pending=10)
+    await store.requeue(OWNER, kb_id, document_id, max_pending=10, max_per_owner=10)
     second = await store.start_indexing(document_id)
     assert second is not None
     assert second > first

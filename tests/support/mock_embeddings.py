@@ -2,7 +2,8 @@
 tests and for servers that embed through it (``knowledge.embedder: openai``).
 
 Each test may set ``handler`` (the answer to a request body) and ``delay`` (seconds
-before answering); ``requests`` and ``headers`` are what it received.
+before answering, or a function of the request body giving them); ``requests`` and
+``headers`` are what it received.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Endpoint:
         self.handler: Handler = good_answer
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
-        self.delay = 0.0
+        self.delay: float | Callable[[dict[str, Any]], float] = 0.0
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -62,8 +63,9 @@ class Endpoint:
         body = orjson.loads(await request.body())
         self.requests.append(body)
         self.headers.append(dict(request.headers))
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        delay = self.delay(body) if callable(self.delay) else self.delay
+        if delay:
+            await asyncio.sleep(delay)
         return self.handler(body)
 
     def __enter__(self) -> Endpoint:

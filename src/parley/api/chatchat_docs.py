@@ -45,7 +45,7 @@ from parley.api.chatchat_common import (
 )
 from parley.api.chatchat_shapes import FileListReply, FilesReply, Reply
 from parley.api.openapi import answers, model_schema
-from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge
+from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge, RateLimited
 from parley.knowledge.service import KnowledgeService
 from parley.store.knowledge import Document, KnowledgeBase
 
@@ -354,7 +354,9 @@ async def upload_docs(request: Request) -> dict[str, Any] | JSONResponse:
                 continue
             except ParleyError as exc:
                 failed[filename] = exc.message
-                if exc.status >= 500:  # the queue is full: the rest would fail the same way
+                if exc.status >= 500 or isinstance(exc, RateLimited):
+                    # the queue (or the owner's share of it) is full: the rest would
+                    # fail the same way
                     for rest in files[index + 1 :]:
                         failed[_stored_name(rest.filename)] = exc.message
                     break

@@ -8,10 +8,11 @@ every route answers 404 with code ``knowledge_disabled``.
 Uploads are ``multipart/form-data`` with one or more ``files`` fields. Each file is
 streamed to the service in pieces and queued for indexing; the answer (202) lists the
 queued documents and, in ``failed_files``, the files refused (too large, empty, the
-queue full). Only when every file was refused is the answer an error. ``override=true``
-replaces the base's documents of the same file name once the new one is queued
-(Langchain-Chatchat's semantics). A document's ``status`` then moves queued ->
-indexing -> ready, failed or cancelled; clients poll it.
+queue full, or the owner's share of it full: ``knowledge.max_queued_per_owner``). Only
+when every file was refused is the answer an error. ``override=true`` replaces the
+base's documents of the same file name once the new one is queued (Langchain-Chatchat's
+semantics). A document's ``status`` then moves queued -> indexing -> ready, failed or
+cancelled; clients poll it.
 
 A document's original bytes are served as an attachment, never inline, and as
 ``application/octet-stream`` unless their type is plain text, Markdown, CSV or JSON.
@@ -46,8 +47,17 @@ from parley.api.shapes import (
 from parley.api.shapes import Document as DocumentShape
 from parley.api.shapes import KnowledgeBase as BaseShape
 from parley.api.state import AppState
-from parley.errors import InvalidRequest, NotFound, Overloaded, ParleyError, PayloadTooLarge
+from parley.errors import (
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    ParleyError,
+    PayloadTooLarge,
+    RateLimited,
+)
 from parley.knowledge.service import KnowledgeService, SearchResult, UploadTooLarge
+from parley.knowledge.settings import MIN_CHUNK_SIZE
+from parley.store.kb_documents import OWNER_QUEUE_FULL, QUEUE_RETRY_SECONDS
 from parley.store.knowledge import ID_PREFIX, Document, KnowledgeBase
 
 router = APIRouter(prefix="/v1/knowledge_bases", tags=["knowledge"])
@@ -99,7 +109,7 @@ class _Body(BaseModel):
 class BaseCreate(_Body):
     name: Name
     description: Description = ""
-    chunk_size: int | None = Field(default=None, ge=100, le=20_000)
+    chunk_size: int | None = Field(default=None, ge=MIN_CHUNK_SIZE, le=20_000)
     chunk_overlap: int | None = Field(default=None, ge=0, le=10_000)
 
 
@@ -313,7 +323,7 @@ async def delete_base(request: Request, kb: str) -> dict[str, Any]:
     return {"id": deleted, "object": "knowledge_base.deleted", "deleted": True}
 
 
-@router.post("/{kb}/reindex", **answers(Reindexed, errors=(503,)))
+@router.post("/{kb}/reindex", **answers(Reindexed, errors=(429, 503)))
 async def reindex_base(request: Request, kb: str) -> dict[str, Any]:
     """Index every document again with the server's current embedding model."""
     service, owner = await _context(request)
@@ -356,7 +366,7 @@ _UPLOAD_BODY = {
 @router.post(
     "/{kb}/documents",
     openapi_extra={"requestBody": _UPLOAD_BODY},
-    **answers(UploadResult, status=202, errors=(411, 413, 503)),
+    **answers(UploadResult, status=202, errors=(411, 413, 429, 503)),
 )
 async def upload_documents(request: Request, kb: str) -> JSONResponse:
     """``multipart/form-data``: ``files`` (one or more), ``override`` (optional)."""
@@ -416,10 +426,11 @@ async def _queue_files(
         try:
             document = await _upload_one(service, owner, base, upload)
         except ParleyError as exc:
-            # the queue is full (503): the files not yet sent would fail the same way
-            rest = files[index:] if exc.status >= 500 else [upload]
-            failed.extend(_failure(f, exc) for f in rest)
-            if exc.status >= 500:
+            # the queue is full (503, or 429 for the owner): the files not yet sent
+            # would fail the same way
+            full = exc.status >= 500 or isinstance(exc, RateLimited)
+            failed.extend(_failure(f, exc) for f in (files[index:] if full else [upload]))
+            if full:
                 break
             continue
         queued.append(document)
@@ -468,7 +479,8 @@ async def _delete_same_name(
 
 def _all_failed(failed: list[dict[str, Any]]) -> ParleyError:
     """The error when no file was queued: 413 when every file was too large, the
-    queue's own error (503) when it was full, else 400."""
+    queue's own error when it was full (503, or 429 when the owner's share was), else
+    400."""
     codes = {f["code"] for f in failed}
     summary = "; ".join(f"{f['filename']}: {f['error']}" for f in failed[:5])
     if len(failed) > 5:
@@ -477,7 +489,9 @@ def _all_failed(failed: list[dict[str, Any]]) -> ParleyError:
     if codes == {UploadTooLarge.code}:
         return UploadTooLarge(message, param="files")
     if codes == {"ingestion_queue_full"}:
-        return Overloaded(message, code="ingestion_queue_full", retry_after=30)
+        return Overloaded(message, code="ingestion_queue_full", retry_after=QUEUE_RETRY_SECONDS)
+    if codes == {OWNER_QUEUE_FULL}:
+        return RateLimited(message, code=OWNER_QUEUE_FULL, retry_after=QUEUE_RETRY_SECONDS)
     code = codes.pop() if len(codes) == 1 else "no_file_accepted"
     return InvalidRequest(message, param="files", code=code)
 
@@ -530,7 +544,7 @@ async def cancel_document(request: Request, kb: str, document_id: str) -> dict[s
 
 @router.post(
     "/{kb}/documents/{document_id}/reindex",
-    **answers(DocumentShape, status=202, errors=(409, 503)),
+    **answers(DocumentShape, status=202, errors=(409, 429, 503)),
 )
 async def reindex_document(request: Request, kb: str, document_id: str) -> JSONResponse:
     """Queue a ready, failed or cancelled document again (409 while pending)."""

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 LOOKUP_BATCH = 500
 """Hashes per IN (...) lookup."""
+STORE_BATCH = 64
+"""Vectors written per transaction (the embedding of a batch of chunks is written as
+indexing's other writes are: short, and paced)."""
 
 
 def text_hash(text: str) -> str:
@@ -64,7 +67,9 @@ class EmbeddingCache:
                 {"model": model, "text_hash": h, "vector": _bytes(v), "created_at": time.time()}
                 for h, v in zip(missing, fresh, strict=True)
             ]
-            await self._db.write(lambda conn: _store(conn, rows))
+            for start in range(0, len(rows), STORE_BATCH):  # short writes on the loop
+                part = rows[start : start + STORE_BATCH]
+                await self._db.write_in_background(partial(_store, part))
             for h, vector in zip(missing, fresh, strict=True):
                 found[h] = vector
         return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
@@ -118,6 +123,6 @@ def _lookup(conn: Connection, model: str, hashes: list[str]) -> dict[str, Vector
     return found
 
 
-def _store(conn: Connection, rows: list[dict[str, object]]) -> None:
+def _store(rows: list[dict[str, object]], conn: Connection) -> None:
     insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     conn.execute(insert(embedding_cache).values(rows).on_conflict_do_nothing())

@@ -31,10 +31,12 @@ from parley.ids import new_id
 from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
 from parley.knowledge.ingest import Ingestor, document_path
-from parley.knowledge.settings import KnowledgeSettings
+from parley.knowledge.lanes import indexing_lane
+from parley.knowledge.settings import MIN_CHUNK_SIZE, KnowledgeSettings
 from parley.knowledge.types import Embedder, EmbeddingError, KbRef
 from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
+from parley.store.kb_documents import QUEUE_RETRY_SECONDS, owner_queue_full
 from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore
 from parley.store.schema import kb_chunks
 from parley.transforms.context import Snippet, TransformContext
@@ -96,7 +98,7 @@ class KnowledgeService:
             self.store,
             database,
             files,
-            embedder=embedder,
+            embedder=indexing_lane(embedder),
             cache=self.cache,
             vectors=self.vectors,
             workers=settings.workers,
@@ -122,6 +124,12 @@ class KnowledgeService:
     ) -> KnowledgeBase:
         size = chunk_size or self.settings.chunk_size
         overlap = self.settings.chunk_overlap if chunk_overlap is None else chunk_overlap
+        if size < MIN_CHUNK_SIZE:
+            raise InvalidRequest(
+                f"chunk_size must be at least {MIN_CHUNK_SIZE} characters",
+                param="chunk_size",
+                code="invalid_chunk_size",
+            )
         if overlap * 2 >= size:
             raise InvalidRequest(
                 "chunk_overlap must be less than half of chunk_size",
@@ -180,6 +188,7 @@ class KnowledgeService:
                 size=size,
                 sha256=digest.hexdigest(),
                 max_pending=self.settings.max_queued_documents,
+                max_per_owner=self.settings.max_queued_per_owner,
             )
         except LookupError:
             await asyncio.to_thread(path.unlink, True)
@@ -190,7 +199,7 @@ class KnowledgeService:
         except BaseException:
             await asyncio.to_thread(path.unlink, True)
             raise
-        self.ingestor.enqueue(document.id)
+        self.ingestor.enqueue(owner, document.id)
         return document
 
     async def delete_document(self, owner: str, kb_id: str, document_id: str) -> None:
@@ -202,10 +211,14 @@ class KnowledgeService:
 
     async def reindex(self, owner: str, kb_id: str, document_id: str) -> Document:
         document = await self.store.requeue(
-            owner, kb_id, document_id, max_pending=self.settings.max_queued_documents
+            owner,
+            kb_id,
+            document_id,
+            max_pending=self.settings.max_queued_documents,
+            max_per_owner=self.settings.max_queued_per_owner,
         )
         self.vectors.forget_document(kb_id, document_id)
-        self.ingestor.enqueue(document_id)
+        self.ingestor.enqueue(owner, document_id)
         return document
 
     async def reindex_base(self, owner: str, base: KnowledgeBase) -> int:
@@ -213,19 +226,12 @@ class KnowledgeService:
         model (Langchain-Chatchat's ``recreate_vector_store``); how many were queued."""
         # every document must fit in the queue first: a base half re-indexed would hold
         # vectors of two models
-        waiting = await self.store.pending_count()
         ready: list[Document] = []
         after: str | None = None
         while page := await self.store.documents(owner, base.id, limit=500, after=after):
             ready += [d for d in page if d.status not in ("queued", "indexing")]
             after = page[-1].id
-        if waiting + len(ready) > self.settings.max_queued_documents:
-            raise Overloaded(
-                f"{len(ready)} documents do not fit in the ingestion queue now "
-                f"({waiting} waiting); try again later",
-                code="ingestion_queue_full",
-                retry_after=30,
-            )
+        await self._check_room(owner, len(ready))
         await self.store.reset_embedding_model(owner, base.id)
         self.vectors.forget_base(base.id)
         queued = 0
@@ -236,6 +242,21 @@ class KnowledgeService:
                 continue
             queued += 1
         return queued
+
+    async def _check_room(self, owner: str, documents: int) -> None:
+        """Refuse ``documents`` more of the owner's that would not fit in the queue:
+        ``Overloaded`` server-wide, ``RateLimited`` past the owner's share."""
+        waiting = await self.store.pending_count()
+        if waiting + documents > self.settings.max_queued_documents:
+            raise Overloaded(
+                f"{documents} documents do not fit in the ingestion queue now "
+                f"({waiting} waiting); try again later",
+                code="ingestion_queue_full",
+                retry_after=QUEUE_RETRY_SECONDS,
+            )
+        mine = await self.store.pending_count(owner)
+        if mine + documents > self.settings.max_queued_per_owner:
+            raise owner_queue_full(self.settings.max_queued_per_owner)
 
     def file(self, document: Document) -> Path:
         return document_path(self._files, document.kb_id, document.id)

@@ -20,24 +20,23 @@ own SQL (``knowledge/index.py``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
-from parley.errors import Conflict, Overloaded
+from parley.errors import Conflict, Overloaded, RateLimited
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents, knowledge_bases
 
 DocumentStatus = Literal["queued", "indexing", "ready", "failed", "cancelled", "deleting"]
 PENDING: tuple[DocumentStatus, ...] = ("queued", "indexing")
-PURGE_PAUSE = 0.002
-"""Seconds between two purge transactions."""
-PURGE_BATCH = 64
-"""Chunks deleted per transaction: with the FTS5 trigger a chunk costs 0.2-0.4 ms, and
-SQLite writes run on the event loop."""
+PURGE_BATCH = 16
+"""Chunks deleted per transaction (``Database.write_in_background``, paced): with the
+FTS5 trigger a chunk costs 0.05-0.3 ms, and SQLite writes run on the event loop."""
+QUEUE_RETRY_SECONDS = 30
+OWNER_QUEUE_FULL = "too_many_queued_documents"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +72,11 @@ class DocumentOps:
         size: int,
         sha256: str,
         max_pending: int,
+        max_per_owner: int,
     ) -> Document:
         """A queued document. ``Overloaded`` (retry later) when ``max_pending`` documents
-        are already waiting or being indexed, server-wide."""
+        are already waiting or being indexed, server-wide; ``RateLimited`` when
+        ``max_per_owner`` of the owner's are."""
         now = time.time()
         values = {
             "id": document_id,
@@ -96,7 +97,7 @@ class DocumentOps:
         }
 
         def transaction(conn: Connection) -> None:
-            _check_room(conn, max_pending)
+            _check_room(conn, owner, max_pending, max_per_owner)
             live = conn.execute(
                 select(knowledge_bases.c.id).where(
                     knowledge_bases.c.id == kb_id, knowledge_bases.c.deleting.is_(False)
@@ -130,12 +131,11 @@ class DocumentOps:
 
         return await self._db.read(query)
 
-    async def pending_count(self) -> int:
-        """Documents waiting or being indexed, server-wide."""
+    async def pending_count(self, owner: str | None = None) -> int:
+        """Documents waiting or being indexed: the owner's, or server-wide."""
 
         def query(conn: Connection) -> int:
-            statement = select(func.count()).where(kb_documents.c.status.in_(PENDING))
-            return int(conn.execute(statement).scalar_one())
+            return _pending(conn, owner)
 
         return await self._db.read(query)
 
@@ -194,22 +194,23 @@ class DocumentOps:
 
         return await self._db.read(query)
 
-    async def pending(self) -> list[str]:
-        """Documents to (re)index after a restart, oldest first; those left ``indexing``
-        by a crash are queued again (their partial chunks are purged by the worker)."""
+    async def pending(self) -> list[tuple[str, str]]:
+        """(owner, document id) of the documents to (re)index after a restart, oldest
+        first; those left ``indexing`` by a crash are queued again (their partial chunks
+        are purged by the worker)."""
 
-        def transaction(conn: Connection) -> list[str]:
+        def transaction(conn: Connection) -> list[tuple[str, str]]:
             conn.execute(
                 update(kb_documents)
                 .where(kb_documents.c.status == "indexing")
                 .values(status="queued", chunks_done=0, updated_at=time.time())
             )
             rows = conn.execute(
-                select(kb_documents.c.id)
+                select(kb_documents.c.owner, kb_documents.c.id)
                 .where(kb_documents.c.status == "queued")
                 .order_by(kb_documents.c.created_at, kb_documents.c.id)
             )
-            return [str(r) for r in rows.scalars()]
+            return [(str(owner), str(document_id)) for owner, document_id in rows]
 
         return await self._db.write(transaction)
 
@@ -321,10 +322,11 @@ class DocumentOps:
         return await self.document(owner, kb_id, document_id)
 
     async def requeue(
-        self, owner: str, kb_id: str, document_id: str, *, max_pending: int
+        self, owner: str, kb_id: str, document_id: str, *, max_pending: int, max_per_owner: int
     ) -> Document:
         """A ready, failed or cancelled document queued to be indexed again (its chunks
-        stop being searched now). ``Conflict`` while it is still pending."""
+        stop being searched now). ``Conflict`` while it is still pending; the queue's
+        bounds as ``add_document``."""
 
         def transaction(conn: Connection) -> None:
             status = _status(conn, owner, kb_id, document_id)
@@ -332,7 +334,7 @@ class DocumentOps:
                 raise Conflict(
                     f"document {document_id} is already {status}", code="already_pending"
                 )
-            _check_room(conn, max_pending)
+            _check_room(conn, owner, max_pending, max_per_owner)
             conn.execute(
                 update(kb_documents)
                 .where(kb_documents.c.id == document_id)
@@ -395,12 +397,10 @@ class DocumentOps:
             )
             return int(result.rowcount)
 
-        # SQLite writes run inline on the event loop: each batch is followed by a real
-        # pause, so that other requests run between them
-        while True:
-            if await self._db.write(transaction) < PURGE_BATCH:
-                return
-            await asyncio.sleep(PURGE_PAUSE)
+        # SQLite writes run inline on the event loop: each batch is followed by a
+        # pause in proportion to it, so that other requests run between them
+        while await self._db.write_in_background(transaction) == PURGE_BATCH:
+            pass
 
     async def delete_document_row(self, document_id: str) -> None:
         def transaction(conn: Connection) -> None:
@@ -442,17 +442,36 @@ def _status(conn: Connection, owner: str, kb_id: str, document_id: str) -> str:
     return str(status)
 
 
-def _check_room(conn: Connection, max_pending: int) -> None:
-    """``Overloaded`` when ``max_pending`` documents are already waiting or indexing."""
-    pending = conn.execute(
-        select(func.count()).where(kb_documents.c.status.in_(PENDING))
-    ).scalar_one()
+def _check_room(conn: Connection, owner: str, max_pending: int, max_per_owner: int) -> None:
+    """``Overloaded`` when ``max_pending`` documents are already waiting or indexing,
+    ``RateLimited`` when ``max_per_owner`` of the owner's are."""
+    pending = _pending(conn, None)
     if pending >= max_pending:
         raise Overloaded(
             f"{pending} documents are waiting to be indexed; try again later",
             code="ingestion_queue_full",
-            retry_after=30,
+            retry_after=QUEUE_RETRY_SECONDS,
         )
+    if _pending(conn, owner) >= max_per_owner:
+        raise owner_queue_full(max_per_owner)
+
+
+def owner_queue_full(limit: int) -> RateLimited:
+    """The refusal of a document past the owner's share of the queue."""
+    return RateLimited(
+        f"{limit} of your documents are already waiting to be indexed, the most one "
+        f"owner may have queued (knowledge.max_queued_per_owner); try again when some "
+        "are indexed",
+        code=OWNER_QUEUE_FULL,
+        retry_after=QUEUE_RETRY_SECONDS,
+    )
+
+
+def _pending(conn: Connection, owner: str | None) -> int:
+    statement = select(func.count()).where(kb_documents.c.status.in_(PENDING))
+    if owner is not None:
+        statement = statement.where(kb_documents.c.owner == owner)
+    return int(conn.execute(statement).scalar_one())
 
 
 def _bump(conn: Connection, kb_id: str) -> int:
