@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -68,7 +69,9 @@ REQUEST_SECONDS = 3.0
 loop runs between slices, each of which may take ``MATCH_SECONDS``: 10 MB of history
 takes about 0.6 s with common patterns)."""
 SLICE_CHARS = 32_768
-"""How much of a request's text is checked before the event loop gets a turn."""
+"""How much of a long text is checked at once."""
+YIELD_SECONDS = 0.01
+"""Checking a request lets the event loop run after this much work."""
 
 Where = Literal["request", "response", "reasoning", "tool"]
 Outcome = Literal["replaced", "rejected", "redacted"]
@@ -152,32 +155,47 @@ class _Remembered:
         self.hits = 0
         self.misses = 0
 
-    async def __call__(self, text: str, budget: Budget) -> Redaction:
+    async def __call__(self, text: str, checking: _Checking) -> Redaction:
         found = self._found.get(text)
         if found is not None:
             self.hits += 1
             self._found.move_to_end(text)
             return found
         self.misses += 1
-        found = self._found[text] = await _sliced(self._redactor, text, budget)
+        found = self._found[text] = await _sliced(self._redactor, text, checking)
         if len(self._found) > REQUEST_CACHE_SIZE:
             self._found.popitem(last=False)
         return found
 
 
-async def _sliced(redactor: Redactor, text: str, budget: Budget) -> Redaction:
-    """``redactor.redact(text)`` under ``budget``, ``SLICE_CHARS`` at a time with the
+class _Checking:
+    """One request's check: its time (``REQUEST_SECONDS``, ``MATCH_SECONDS`` at most at
+    once), and when it last let the event loop run."""
+
+    def __init__(self) -> None:
+        self.budget = Budget(REQUEST_SECONDS, at_once=MATCH_SECONDS)
+        self._resumed = time.monotonic()
+
+    async def breathe(self) -> None:
+        """Let the event loop run, once ``YIELD_SECONDS`` of work have been done."""
+        if time.monotonic() - self._resumed > YIELD_SECONDS:
+            await asyncio.sleep(0)
+            self._resumed = time.monotonic()
+
+
+async def _sliced(redactor: Redactor, text: str, checking: _Checking) -> Redaction:
+    """``redactor.redact(text)`` within ``checking``, ``SLICE_CHARS`` at a time with the
     event loop let run in between: a stream of slices gives exactly the whole text's
     redaction (``StreamRedactor``)."""
     if len(text) <= SLICE_CHARS:
-        redaction = redactor.redact(text, budget)
-        await asyncio.sleep(0)
+        redaction = redactor.redact(text, checking.budget)
+        await checking.breathe()
         return redaction
-    stream = StreamRedactor(redactor, budget)
+    stream = StreamRedactor(redactor, checking.budget)
     pieces: list[str] = []
     for start in range(0, len(text), SLICE_CHARS):
         pieces.append(stream.feed(text[start : start + SLICE_CHARS]))
-        await asyncio.sleep(0)
+        await checking.breathe()
     pieces.append(stream.flush())
     return Redaction("".join(pieces), tuple(stream.detections))
 
@@ -242,12 +260,12 @@ class SensitiveFilter(Interceptor):
         if not users:
             return None
         newest = users[-1]
-        budget = Budget(REQUEST_SECONDS, at_once=MATCH_SECONDS)
+        checking = _Checking()
         if self._settings.on_request == "reject" and call.purpose == "chat":
             found = [
                 rule
                 for text in _texts(messages[newest])
-                for rule in (await self._redact(text, budget)).detections
+                for rule in (await self._redact(text, checking)).detections
             ]
             if found:
                 state.counts.update((rule, "request", "rejected") for rule in found)
@@ -256,7 +274,7 @@ class SensitiveFilter(Interceptor):
                 )
         changed = False
         for index in reversed(users):  # the newest first, should the time run out
-            redacted, found = await self._clean(messages[index], budget)
+            redacted, found = await self._clean(messages[index], checking)
             if redacted is None:
                 continue
             messages[index] = redacted
@@ -266,13 +284,15 @@ class SensitiveFilter(Interceptor):
                 state.counts.update((rule, "request", "replaced") for rule in found)
         return replace(request, messages=tuple(messages)) if changed else None
 
-    async def _clean(self, message: Message, budget: Budget) -> tuple[Message | None, list[Rule]]:
+    async def _clean(
+        self, message: Message, checking: _Checking
+    ) -> tuple[Message | None, list[Rule]]:
         """The message with its text redacted (None: unchanged) and what was found."""
         parts: list[Part] = []
         found: list[Rule] = []
         for part in message.parts:
             if isinstance(part, TextPart) and part.text:
-                redaction: Redaction = await self._redact(part.text, budget)
+                redaction: Redaction = await self._redact(part.text, checking)
                 if redaction.detections:
                     found += redaction.detections
                     part = TextPart(redaction.text)
