@@ -105,7 +105,7 @@ def test_another_owners_document_is_ready_while_a_backlog_indexes(
 def test_an_owner_past_its_share_of_the_queue_gets_429(
     upstream: MockOpenAI, embeddings: Endpoint, tmp_path: Path
 ) -> None:
-    embeddings.delay = lambda body: 2.0 if slow_for_alice(body) else 0.0
+    embeddings.delay = lambda body: 1.0 if slow_for_alice(body) else 0.0
     running = server(upstream, embeddings, tmp_path, max_queued_per_owner=2)
     with running, ExitStack() as stack:
         alice = stack.enter_context(running.client(running.create_key("alice")))
