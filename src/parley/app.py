@@ -251,6 +251,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_in_flight=settings.server.max_in_flight,
         max_loop_lag_ms=settings.server.max_loop_lag_ms,
         max_in_flight_per_key=settings.server.max_in_flight_per_key,
+        max_other_in_flight_per_key=settings.server.max_other_in_flight_per_key,
         max_body_bytes=settings.server.max_body_bytes,
         body_timeout_seconds=settings.server.body_timeout_seconds,
     )

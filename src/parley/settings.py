@@ -131,13 +131,22 @@ class ServerSettings(_Section):
     on_disconnect: Literal["continue", "cancel"] = "continue"
     log_level: str = "info"
     max_in_flight: int = Field(
-        default=2048, description="Chat requests in flight (streams count until done)."
+        default=2048,
+        ge=1,
+        description="Chat requests in flight (streams count until done); a key with less "
+        "than its fair share in flight may still use a reserve of 1/20 more.",
     )
     max_in_flight_per_key: int = Field(
-        default=512,
+        default=64,
         ge=1,
         description="Chat requests in flight for one API key, so that one key cannot take "
         "every slot; more get 429 (keyless loopback use has only the overall limit).",
+    )
+    max_other_in_flight_per_key: int = Field(
+        default=16,
+        ge=1,
+        description="Other authenticated requests in flight for one API key (reads, "
+        "searches, uploads ...); more get 429 (keyless loopback use: no limit).",
     )
     header_timeout_seconds: float = Field(
         default=10.0,
@@ -151,7 +160,10 @@ class ServerSettings(_Section):
         "the request counts as in flight.",
     )
     max_loop_lag_ms: float = Field(
-        default=100.0, description="Refuse new chat requests while the loop runs this late."
+        default=100.0,
+        description="While the loop runs this late, new chat requests of keys with their "
+        "fair share in flight get 429 (keyless loopback use: 503); others are admitted "
+        "unless it runs 5 times this late (at least 0.5 s).",
     )
     idempotency_ttl_seconds: float = Field(
         default=86_400.0,

@@ -96,6 +96,10 @@ class Authenticator:
             self._stamp = stamp
         return self._active
 
+    async def keys_required(self) -> bool:
+        """Whether a request needs a key (False: keyless loopback use, while none exists)."""
+        return bool(await self._active_keys())
+
     def forget(self) -> None:
         """Read the keys again on the next request (a revocation seen elsewhere)."""
         self._active = None

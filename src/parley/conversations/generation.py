@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from parley import fairness
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.turn import TurnState
 from parley.conversations.citations import Citations
@@ -147,6 +148,7 @@ class Generation:
         self._cancel_when_gone = cancel_when_gone
         self._task = asyncio.create_task(self._run(), name=f"generation {self.message_id}")
         self._task.add_done_callback(lambda _: self._ended())
+        self._task.add_done_callback(fairness.working())  # its key's until it ends
 
     def when_done(self, callback: Callable[[Generation], None]) -> None:
         """Call ``callback`` once the generation has ended (at once if it has)."""

@@ -4,11 +4,18 @@ Fed raw bytes in chunks of any size (a multi-byte character or a CRLF may be spl
 between chunks), it yields complete events as ``(event_name, data)``. It follows the
 WHATWG rules: LF, CR and CRLF end lines; ``:`` starts a comment; ``data`` lines are
 joined with LF; an empty line dispatches; unknown fields are ignored.
+
+``iter_sse`` meters the work done on each piece of the body it reads (decoding, and
+whatever its consumer does with each event) under the request's key
+(``parley.fairness``): a fast upstream hands over hundreds of events per read, and
+without a pause between them one stream would hold the event loop for the whole batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+
+from parley import fairness
 
 
 class SSEDecoder:
@@ -75,8 +82,13 @@ class SSEDecoder:
 
 async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str]]:
     decoder = SSEDecoder()
+    meter = fairness.meter()
     async for chunk in chunks:
+        meter.start()
         for event in decoder.feed(chunk):
+            while meter.due():  # before the consumer's work on the event, not after
+                await meter.pause()
             yield event
+        meter.stop()
     for event in decoder.flush():
         yield event
