@@ -359,6 +359,13 @@ class DatabaseSettings(_Section):
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     busy_timeout_ms: int = 10_000
     echo: bool = False
+    readers: int = Field(default=4, ge=1, description="SQLite reader threads.")
+    heavy_readers: int = Field(
+        default=2,
+        ge=1,
+        description="Searches read at most this many at once, apart from other reads "
+        "(threads on SQLite), the waiting keys served in turn.",
+    )
 
 
 def default_data_dir() -> Path:

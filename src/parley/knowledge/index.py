@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import Connection, bindparam, select, text
+from sqlalchemy import Connection, bindparam, func, select, text
 
 from parley.knowledge import lexical
 from parley.knowledge.types import Chunk, Hit, KbRef
@@ -388,7 +388,9 @@ def fetch_chunks(
         .where(kb_chunks.c.owner == owner, kb_documents.c.owner == owner)
     )
     if ready_only:
-        statement = statement.where(kb_documents.c.status == "ready")
+        # not by the status index: SQLite would walk every chunk of the ready documents
+        # (a 250,000-chunk base: 47 ms, not 0.5, for 50 ids) instead of the ids asked for
+        statement = statement.where(func.coalesce(kb_documents.c.status, "") == "ready")
     found: dict[int, ChunkView] = {}
     unique = list(dict.fromkeys(ids))
     for start in range(0, len(unique), FETCH_BATCH):
@@ -445,7 +447,8 @@ async def hybrid_search(
         return await database.read(
             lambda conn: lexical_search(
                 conn, owner=owner, kb_ids=kb_ids, terms=terms, limit=candidates
-            )
+            ),
+            heavy=True,
         )
 
     async def by_vector() -> list[tuple[int, float]]:

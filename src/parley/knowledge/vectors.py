@@ -297,12 +297,12 @@ class VectorIndexes:
         budget = self.max_bytes
         result: _Changes | _Entry | _TooLarge | None
         if entry is None:
-            result = await self._db.read(lambda conn: _load(conn, owner, kb_id, budget))
+            result = await self._db.read(lambda conn: _load(conn, owner, kb_id, budget), heavy=True)
         else:
             known = {doc: updated for doc, (_code, updated) in entry.documents.items()}
             shape = (entry.model, entry.dimensions)
             result = await self._db.read(
-                lambda conn: _changes(conn, owner, kb_id, known, shape, budget)
+                lambda conn: _changes(conn, owner, kb_id, known, shape, budget), heavy=True
             )
         current = self._entries.pop(key, None)
         if isinstance(result, _Changes):

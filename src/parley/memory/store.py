@@ -315,7 +315,7 @@ class MemoryStore:
             rows = conn.execute(statement, {**params, "expression": expression}).all()
             return [(_memory(row._mapping), float(row.score)) for row in rows]
 
-        return await self._db.read(run)
+        return await self._db.read(run, heavy=True)
 
     async def vectors(
         self, owner: str, scope: str, model: str, *, limit: int = MAX_VECTORS

@@ -9,6 +9,11 @@ Repositories write each transaction as one plain function of a SQLAlchemy
   keeps the GIL, and the writer thread waits up to the switch interval for every
   statement: measured, a backlog of seconds at 200 turns/s). Reads run on a small
   thread pool (WAL lets them proceed during a write); they are off the hot path.
+  Reads that can take long (``read(..., heavy=True)``: knowledge and message searches,
+  loading a base's vectors) have a pool of their own (``database.heavy_readers``),
+  queued fairly by key (``parley.fairness.FairSlots``): a key's parallel searches
+  cannot take the threads that conversation reads need, nor make another key's search
+  wait behind all of them. On PostgreSQL the same slots bound them.
   The writer checkpoints the WAL itself every 1,000 pages (SQLite's default): a few
   milliseconds now and then, and the WAL stays small. (A checkpoint on another thread
   never completes while the writer keeps writing, and the WAL grew by 40 MB/s.)
@@ -49,6 +54,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from parley.fairness import FairSlots
 from parley.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -92,10 +98,18 @@ class Database:
         self._async: AsyncEngine | None = None
         self._writer: Connection | None = None
         self._busy_seconds = settings.database.busy_timeout_ms / 1000
+        self._heavy = FairSlots(settings.database.heavy_readers)
+        self._readers: ThreadPoolExecutor | None = None
+        self._heavy_readers: ThreadPoolExecutor | None = None
         if self.is_sqlite:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             self._sync = _sqlite_engine(settings)
-            self._readers = ThreadPoolExecutor(4, thread_name_prefix="parley-db-read")
+            self._readers = ThreadPoolExecutor(
+                settings.database.readers, thread_name_prefix="parley-db-read"
+            )
+            self._heavy_readers = ThreadPoolExecutor(
+                settings.database.heavy_readers, thread_name_prefix="parley-db-search"
+            )
         else:
             self._async = create_async_engine(
                 url,
@@ -174,9 +188,17 @@ class Database:
             self._writer.exec_driver_sql(f"PRAGMA busy_timeout={LOCK_WAIT_MS}")
         return self._writer
 
-    async def read(self, query: Callable[[Connection], T]) -> T:
-        """Run ``query`` on a consistent snapshot."""
+    async def read(self, query: Callable[[Connection], T], *, heavy: bool = False) -> T:
+        """Run ``query`` on a consistent snapshot; ``heavy`` for one that can take long
+        (a search): it waits its key's turn for one of the few heavy readers."""
+        if not heavy:
+            return await self._read(query, self._readers)
+        async with self._heavy.hold():
+            return await self._read(query, self._heavy_readers)
+
+    async def _read(self, query: Callable[[Connection], T], pool: ThreadPoolExecutor | None) -> T:
         if self._sync is not None:
+            assert pool is not None
             engine = self._sync
 
             def run() -> T:
@@ -187,7 +209,7 @@ class Database:
                     finally:
                         connection.exec_driver_sql("ROLLBACK")
 
-            return await asyncio.wrap_future(self._readers.submit(run))
+            return await asyncio.wrap_future(pool.submit(run))
         assert self._async is not None
         async with self._async.connect() as connection:
             return await connection.run_sync(query)
@@ -228,7 +250,9 @@ class Database:
         if self._sync is not None:
             if self._writer is not None:
                 self._writer.close()
-            self._readers.shutdown(wait=True)
+            for pool in (self._readers, self._heavy_readers):
+                if pool is not None:
+                    pool.shutdown(wait=True)
             self._sync.dispose()
         if self._async is not None:
             await self._async.dispose()
@@ -242,7 +266,8 @@ def _sqlite_engine(settings: Settings) -> Engine:
         json_serializer=_json_text,
         json_deserializer=_json_value,
         connect_args={"check_same_thread": False, "timeout": 30},
-        pool_size=8,
+        # every reader thread and the writer hold a connection at once
+        pool_size=settings.database.readers + settings.database.heavy_readers + 2,
     )
     synchronous = settings.database.sqlite_synchronous
     busy_timeout = int(settings.database.busy_timeout_ms)

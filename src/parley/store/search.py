@@ -79,7 +79,7 @@ class SearchOps:
                 offset += page
             return found
 
-        return await self._db.read(run)
+        return await self._db.read(run, heavy=True)
 
 
 @dataclass(frozen=True, slots=True)
