@@ -54,7 +54,7 @@ from parley.api.state import AppState
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
 from parley.conversations.service import ConversationService
-from parley.extraction.clients import AttachmentReader
+from parley.extraction.clients import AttachmentReader, KnowledgeExtractor
 from parley.extraction.pool import ReaderPool
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
@@ -125,7 +125,15 @@ def create_app(settings: Settings) -> FastAPI:
         embedder = build_embedder(settings.knowledge, client)
         knowledge = (
             KnowledgeService(
-                settings.knowledge, database, settings.data_dir / "knowledge", embedder
+                settings.knowledge,
+                database,
+                settings.data_dir / "knowledge",
+                embedder,
+                extractor=KnowledgeExtractor(
+                    readers,
+                    timeout_seconds=settings.knowledge.extract_timeout_seconds,
+                    max_pdf_pages=settings.knowledge.max_pdf_pages,
+                ),
             )
             if settings.knowledge.enabled
             else None

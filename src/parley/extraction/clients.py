@@ -5,11 +5,12 @@
   ran past ``documents.timeout_seconds`` (reason ``timeout``) or a reader that died
   (``crashed``) included; ``Overloaded`` (503, or 429 for an owner already at its
   share) when no reader came free within ``documents.queue_seconds``.
-- ``KnowledgeExtractor`` reads a stored knowledge upload into its chunks, page count
-  and title for the ingestion queue, waiting for a reader as long as it takes (ingestion
-  is in the background), under ``knowledge.extract_timeout_seconds``; a document that
-  cannot be read, runs past the deadline or crashes its reader is ``UnreadableDocument``
-  with the reason, a stored file that cannot be read an ``OSError``.
+- ``KnowledgeExtractor`` (a ``knowledge.reading.Extractor``) reads a stored knowledge
+  upload into its chunks, page count and title for the ingestion queue, waiting for a
+  reader as long as it takes (ingestion is in the background), under
+  ``knowledge.extract_timeout_seconds``; a document that cannot be read, runs past the
+  deadline or crashes its reader is ``UnreadableDocument`` with the reason, a stored
+  file that cannot be read an ``OSError``.
 
 What does not belong here: the processes and slots (``pool.py``, ``slots.py``).
 """
@@ -31,6 +32,7 @@ from parley.extraction.protocol import (
     Reply,
     Text,
 )
+from parley.knowledge.reading import Extraction
 from parley.knowledge.types import Chunk, UnreadableDocument
 from parley.messages import FilePart
 from parley.transforms.documents import (
@@ -100,7 +102,7 @@ class KnowledgeExtractor:
         content_type: str | None,
         chunk_size: int,
         chunk_overlap: int,
-    ) -> tuple[list[Chunk], int | None, str | None]:
+    ) -> Extraction:
         """The document's chunks, page count and title."""
         page_bytes = self._pool.settings.max_page_content_bytes
 
@@ -127,7 +129,7 @@ class KnowledgeExtractor:
         return await _chunks(frames)
 
 
-async def _chunks(frames: list[Reply]) -> tuple[list[Chunk], int | None, str | None]:
+async def _chunks(frames: list[Reply]) -> Extraction:
     last = frames[-1]
     if isinstance(last, Failed):
         if last.reason == "os_error":

@@ -1,7 +1,8 @@
 """One run of indexing one document, done a slice at a time (``IndexJob``).
 
-``prepare`` removes what an earlier run left, reads the file, extracts its text and
-chunks it (in a thread), and records how many chunks there are. Each ``step`` is then
+``prepare`` removes what an earlier run left, has the file read and chunked (by the
+``Extractor``: the server's reads in a supervised reader process, under a deadline), and
+records how many chunks there are. Each ``step`` is then
 one slice: a batch of chunks embedded (through the embedding cache), their rows made
 (terms, hashes, vector bytes: in a thread) and written a few rows per transaction, and
 the progress recorded. The last step marks the document ready, in one transaction that
@@ -26,7 +27,7 @@ may serve another owner (``fair_queue.py``).
 
 What does not belong here: the order of documents and slices (``fair_queue.py``,
 ``ingest.py``), the SQL (``store/kb_documents.py``, ``index.py``), reading formats
-(``extract.py``), splitting (``chunking.py``).
+(``extract.py``, ``reading.py``), splitting (``chunking.py``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection
 
 from parley.knowledge.cache import EmbeddingCache
-from parley.knowledge.chunking import chunk
-from parley.knowledge.extract import extract
 from parley.knowledge.index import ChunkRow, chunk_rows, insert_rows
+from parley.knowledge.reading import Extractor
 from parley.knowledge.types import Chunk, Embedder, EmbeddingError, UnreadableDocument
 from parley.store.database import Database
 from parley.store.kb_documents import is_current_run
@@ -83,6 +83,7 @@ class IndexJob:
         cache: EmbeddingCache,
         embedder: Embedder | None,
         *,
+        extractor: Extractor,
         document_id: str,
         run: int,
     ) -> None:
@@ -91,6 +92,7 @@ class IndexJob:
         self._files = files
         self._cache = cache
         self._embedder = embedder
+        self._extractor = extractor
         self.document_id = document_id
         self.run = run
         self._document: Document | None = None
@@ -122,8 +124,13 @@ class IndexJob:
         await self._store.purge_chunks(self.document_id, run=self.run)
         path = document_path(self._files, base.id, document.id)
         try:
-            chunks, pages, title = await asyncio.to_thread(
-                _read, path, document, base.chunk_size, base.chunk_overlap
+            chunks, pages, title = await self._extractor.extract(
+                path,
+                owner=document.owner,
+                filename=document.filename,
+                content_type=document.content_type,
+                chunk_size=base.chunk_size,
+                chunk_overlap=base.chunk_overlap,
             )
         except UnreadableDocument as exc:
             await self._store.finish(self.document_id, self.run, "failed", error=str(exc))
@@ -281,11 +288,3 @@ def _insert(document_id: str, run: int, rows: Sequence[ChunkRow], conn: Connecti
         return False
     insert_rows(conn, rows)
     return True
-
-
-def _read(
-    path: Path, document: Document, size: int, overlap: int
-) -> tuple[list[Chunk], int | None, str | None]:
-    """The document's chunks, page count and title (in a worker thread)."""
-    extracted = extract(path.read_bytes(), document.filename, document.content_type)
-    return chunk(extracted, size, overlap), extracted.pages, extracted.title

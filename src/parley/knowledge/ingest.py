@@ -39,6 +39,7 @@ from typing import Any
 from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.fair_queue import FairQueue, Resume, Start
 from parley.knowledge.indexing import IndexJob, document_path
+from parley.knowledge.reading import Extractor
 from parley.knowledge.types import Embedder
 from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
@@ -64,9 +65,11 @@ class Ingestor:
         embedder: Embedder | None,
         cache: EmbeddingCache,
         vectors: VectorIndexes,
+        extractor: Extractor,
         workers: int = 1,
     ) -> None:
         self._store = store
+        self._extractor = extractor
         self._db = database
         self._files = files
         self._embedder = embedder
@@ -182,6 +185,7 @@ class Ingestor:
             self._files,
             self._cache,
             self._embedder,
+            extractor=self._extractor,
             document_id=document_id,
             run=run,
         )

@@ -32,6 +32,7 @@ from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
 from parley.knowledge.ingest import Ingestor, document_path
 from parley.knowledge.lanes import indexing_lane
+from parley.knowledge.reading import Extractor, InlineExtractor
 from parley.knowledge.settings import MIN_CHUNK_SIZE, KnowledgeSettings
 from parley.knowledge.types import Embedder, EmbeddingError, KbRef
 from parley.knowledge.vectors import VectorIndexes
@@ -86,7 +87,11 @@ class KnowledgeService:
         database: Database,
         files: Path,
         embedder: Embedder | None,
+        *,
+        extractor: Extractor | None = None,
     ) -> None:
+        """``extractor`` reads uploads (the server passes its reader processes; default:
+        ``InlineExtractor``, in the event loop's thread, for tests)."""
         self.settings = settings
         self.store = KnowledgeStore(database)
         self.embedder = embedder
@@ -101,6 +106,7 @@ class KnowledgeService:
             embedder=indexing_lane(embedder),
             cache=self.cache,
             vectors=self.vectors,
+            extractor=extractor or InlineExtractor(max_pdf_pages=settings.max_pdf_pages),
             workers=settings.workers,
         )
 

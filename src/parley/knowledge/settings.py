@@ -72,6 +72,15 @@ class KnowledgeSettings(_Section):
         "one owner cannot fill the server's queue (owners are indexed in turns).",
     )
     workers: int = Field(default=1, ge=1, le=16, description="Documents indexed at once.")
+    extract_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="The deadline for reading one document (in a reader process, see "
+        "documents): past it the reader is killed and the document ends failed.",
+    )
+    max_pdf_pages: int = Field(
+        default=2_000, ge=1, description="A PDF with more pages ends failed, saying so."
+    )
     top_k: int = Field(default=6, ge=1, le=50, description="Chunks put into the request.")
     max_context_chars: int = Field(
         default=8_000, ge=500, description="The most chunk text in <knowledge_context>."
