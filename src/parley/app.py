@@ -56,6 +56,7 @@ from parley.conversations.reach import Reaches
 from parley.conversations.service import ConversationService
 from parley.extraction.clients import AttachmentReader, KnowledgeExtractor
 from parley.extraction.pool import ReaderPool
+from parley.fairness import Ledger
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
@@ -86,10 +87,12 @@ def create_app(settings: Settings) -> FastAPI:
     chain = build_chain(settings, pricing)  # a bad interceptor fails here, before serving
     # Parley as an MCP server, at /mcp
     mcp_endpoint = McpEndpoint(settings) if settings.mcp.serve else None
+    ledger = Ledger()  # who is being served: admission control, and background pacing
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         database = Database(settings)
+        database.contended = ledger.serving_any
         await database.migrate()
         conversation_store = ConversationStore(database)
         interrupted = await conversation_store.interrupt_streaming()
@@ -262,6 +265,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_other_in_flight_per_key=settings.server.max_other_in_flight_per_key,
         max_body_bytes=settings.server.max_body_bytes,
         body_timeout_seconds=settings.server.body_timeout_seconds,
+        ledger=ledger,
     )
     app.include_router(home.router)
     # chat and tasks authenticate before they read their bodies themselves

@@ -123,6 +123,10 @@ class Ledger:
             if self.active[who] <= 0:
                 del self.active[who]
 
+    def serving_any(self) -> bool:
+        """Whether any request is in flight now (background work then yields more)."""
+        return bool(self.active)
+
     def charge(self, who: str, seconds: float) -> None:
         used = self._used.get(who, 0.0) + seconds
         self._used[who] = used

@@ -129,3 +129,28 @@ async def test_background_writes_leave_the_loop_most_of_its_time(database: Datab
     assert elapsed >= 25 * busy / database_module.BACKGROUND_SHARE * 0.9
     assert ticks >= 25  # the loop ran other work between the writes
     assert await count(database) == 25
+
+
+async def test_background_writes_run_unpaced_while_no_request_is_served(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alone (indexing a folder, nobody chatting), background writes only let the loop
+    run between them; paced only while ``contended`` says requests are in flight."""
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded(seconds: float) -> None:
+        pauses.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(database_module.asyncio, "sleep", recorded)
+    serving = False
+    database.contended = lambda: serving
+    for n in range(3):
+        await database.write_in_background(insert_key(f"quiet{n}"))
+    assert pauses == [0, 0, 0]
+    serving = True
+    await database.write_in_background(insert_key("busy"))
+    assert len(pauses) == 4
+    assert pauses[-1] > 0
+    assert await count(database) == 4

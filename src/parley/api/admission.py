@@ -83,6 +83,7 @@ class Admission:
         max_other_in_flight_per_key: int | None = None,
         max_body_bytes: int = 10 * 1024 * 1024,
         body_timeout_seconds: float = 30.0,
+        ledger: Ledger | None = None,
     ) -> None:
         self.app = app
         self.max_in_flight = max_in_flight
@@ -98,7 +99,7 @@ class Admission:
         self.per_key: dict[str, int] = {}
         self.reading_per_key: dict[str, int] = {}
         self.other_per_key: dict[str, int] = {}
-        self.ledger = Ledger()
+        self.ledger = ledger or Ledger()
 
     @property
     def lag(self) -> float:
