@@ -10,23 +10,20 @@ a reason, for either. Frames are tagged by ``kind``; anything else is a
 (results are plain JSON, never pickles: a reader parses hostile bytes).
 
 What does not belong here: processes, pipes and their timing (``pool.py``,
-``worker.py``). Only the standard library and orjson are imported.
+``worker.py``). Only the standard library, orjson and ``parley.frames`` are imported.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-import orjson
+from parley.frames import ProtocolError, by_kind, decode, encode
+
+__all__ = ["ProtocolError", "decode_reply", "decode_request", "encode"]
 
 CHUNK_FRAME_CHARS = 1024 * 1024
 """About how much chunk text one ``Chunks`` frame carries."""
-
-
-class ProtocolError(ValueError):
-    """A line that is not a frame of this protocol."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,41 +107,16 @@ class Failed:
     retire: bool = False
 
 
-T = TypeVar("T")
-
 Request = ReadAttachment | ReadKnowledge
 Reply = Ready | Text | Chunks | Extracted | Failed
 
-_REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (ReadAttachment, ReadKnowledge)}
-_REPLIES: dict[str, type[Reply]] = {
-    cls.kind: cls for cls in (Ready, Text, Chunks, Extracted, Failed)
-}
-
-
-def encode(frame: Request | Reply) -> bytes:
-    fields = {f.name: getattr(frame, f.name) for f in dataclasses.fields(frame)}
-    return orjson.dumps({"kind": frame.kind, **fields}) + b"\n"
+_REQUESTS: dict[str, type[Request]] = by_kind((ReadAttachment, ReadKnowledge))
+_REPLIES: dict[str, type[Reply]] = by_kind((Ready, Text, Chunks, Extracted, Failed))
 
 
 def decode_request(line: bytes) -> Request:
-    return _decode(line, _REQUESTS)
+    return decode(line, _REQUESTS)
 
 
 def decode_reply(line: bytes) -> Reply:
-    return _decode(line, _REPLIES)
-
-
-def _decode(line: bytes, kinds: dict[str, type[T]]) -> T:
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"not JSON: {line[:80]!r}") from exc
-    if not isinstance(data, dict):
-        raise ProtocolError(f"not an object: {line[:80]!r}")
-    cls = kinds.get(data.pop("kind", None))
-    if cls is None:
-        raise ProtocolError(f"unknown frame: {line[:80]!r}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise ProtocolError(f"bad {cls.__name__} frame: {exc}") from exc
+    return decode(line, _REPLIES)

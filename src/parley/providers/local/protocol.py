@@ -2,25 +2,22 @@
 
 The server writes ``Load`` once, then ``Generate`` and ``Cancel``; the worker answers
 ``Ready`` (or ``LoadFailed``) once, then for each generation its ``Piece`` frames and one
-``Finished`` or ``Failed``. Frames are tagged by ``kind``; ``decode`` refuses anything
-else with ``ProtocolError``, so a worker writing junk is treated as broken, never
-trusted.
+``Finished`` or ``Failed``. The line format and ``ProtocolError`` are ``parley.frames``':
+a worker writing junk is treated as broken, never trusted.
 
 What does not belong here: processes, pipes and their timing (``supervisor``, ``worker``).
-Only the standard library and orjson are imported: the worker starts with this module.
+Only the standard library, orjson and ``parley.frames`` are imported: the worker starts
+with this module.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-import orjson
-
-
-class ProtocolError(ValueError):
-    """A line that is not a frame of this protocol."""
+from parley.frames import ProtocolError as ProtocolError  # the protocol's, re-exported
+from parley.frames import by_kind, decode
+from parley.frames import encode as encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,41 +98,16 @@ class Failed:
     message: str
 
 
-T = TypeVar("T")
-
 Request = Load | Generate | Cancel
 Reply = Ready | LoadFailed | Piece | Finished | Failed
 
-_REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (Load, Generate, Cancel)}
-_REPLIES: dict[str, type[Reply]] = {
-    cls.kind: cls for cls in (Ready, LoadFailed, Piece, Finished, Failed)
-}
-
-
-def encode(frame: Request | Reply) -> bytes:
-    fields = {f.name: getattr(frame, f.name) for f in dataclasses.fields(frame)}
-    return orjson.dumps({"kind": frame.kind, **fields}) + b"\n"
+_REQUESTS: dict[str, type[Request]] = by_kind((Load, Generate, Cancel))
+_REPLIES: dict[str, type[Reply]] = by_kind((Ready, LoadFailed, Piece, Finished, Failed))
 
 
 def decode_request(line: bytes) -> Request:
-    return _decode(line, _REQUESTS)
+    return decode(line, _REQUESTS)
 
 
 def decode_reply(line: bytes) -> Reply:
-    return _decode(line, _REPLIES)
-
-
-def _decode(line: bytes, kinds: dict[str, type[T]]) -> T:
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"not JSON: {line[:80]!r}") from exc
-    if not isinstance(data, dict):
-        raise ProtocolError(f"not an object: {line[:80]!r}")
-    cls = kinds.get(data.pop("kind", None))
-    if cls is None:
-        raise ProtocolError(f"unknown frame: {line[:80]!r}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise ProtocolError(f"bad {cls.__name__} frame: {exc}") from exc
+    return decode(line, _REPLIES)
