@@ -111,7 +111,14 @@ class Budget:
         if self._left <= 0:
             raise TimeoutError("the regular expressions' time is up")
         started = time.monotonic()
+        given = self._left if self._at_once is None else min(self._left, self._at_once)
         try:
-            yield self._left if self._at_once is None else min(self._left, self._at_once)
+            yield given
+        except TimeoutError:
+            # regex's clock can stop a hair before ours: timed out on all that was left
+            # is all of it spent
+            if given >= self._left:
+                self._left = 0.0
+            raise
         finally:
             self._left -= time.monotonic() - started
