@@ -4,10 +4,15 @@ all of it served by Parley itself (nothing from a CDN, so it works offline)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.probe import longest_pause
 from tests.support.server import ParleyServer
+
+from parley.app import create_app
+from parley.settings import Settings
 
 
 def test_the_root_page_says_what_is_there(parley: ParleyServer) -> None:
@@ -46,3 +51,17 @@ def test_the_api_reference_loads_only_from_parley(parley: ParleyServer, page: st
             assert len(response.content) > 100_000  # the real bundle, not a stub
     assert "/openapi.json" in html
     assert httpx.get(f"{parley.url}/openapi.json").json()["info"]["title"] == "Parley"
+
+
+@pytest.mark.anyio
+async def test_the_api_document_is_built_off_the_event_loop(tmp_path: Path) -> None:
+    """Building /openapi.json takes about a second of Python: on the event loop it held
+    every request (and admission then refused keyless chats for the loop's lag)."""
+    app = create_app(Settings(data_dir=tmp_path))  # the lifespan never runs: no files
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        held = await longest_pause(http.get("/openapi.json"))
+        response = await http.get("/openapi.json")  # built once, then served as it is
+    assert response.status_code == 200
+    assert response.json()["paths"]["/v1/models/{model}"]
+    assert held < 0.3, f"the event loop was held {held:.2f} s"

@@ -26,11 +26,16 @@ not: the shapes of the answers (``api/shapes.py``, ``api/completion_shapes.py``,
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from pydantic import BaseModel, ConfigDict
 
 REF = "#/components/schemas/{model}"
@@ -176,15 +181,29 @@ def public() -> dict[str, Any]:
 
 
 def install(app: FastAPI) -> None:
-    """Serve the finished document (built once, on the first request for it)."""
+    """Serve the finished document, built once, on the first request for it, in a
+    worker thread: building it takes about a second of Python, which on the event loop
+    held every other request (and made admission refuse them for the loop's lag)."""
     build: Callable[[], dict[str, Any]] = app.openapi
+    lock = threading.Lock()
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = finish(build())
-        return app.openapi_schema
+        with lock:
+            if app.openapi_schema is None:
+                app.openapi_schema = finish(build())
+            return app.openapi_schema
+
+    async def serve(request: Request) -> Response:
+        return JSONResponse(app.openapi_schema or await asyncio.to_thread(openapi))
 
     app.openapi = openapi  # type: ignore[method-assign]
+    path = app.openapi_url
+    app.router.routes[:] = [
+        Route(path, serve, include_in_schema=False)
+        if isinstance(route, Route) and route.path == path
+        else route
+        for route in app.router.routes
+    ]
 
 
 def finish(document: dict[str, Any]) -> dict[str, Any]:
