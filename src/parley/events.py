@@ -11,7 +11,7 @@ Stop reasons are neutral: ``end_turn``, ``tool_use``, ``max_tokens``, ``stop_seq
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from parley.errors import ParleyError
 from parley.messages import Usage
@@ -43,6 +43,17 @@ class ToolCallDelta:
     name: str | None = None
     arguments: str = ""
     kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """Log probabilities of output tokens, as the upstream gave them (the client asked
+    with ``logprobs``): OpenAI's ``ChatCompletionTokenLogprob`` objects, for the
+    content and for a refusal."""
+
+    content: tuple[dict[str, Any], ...] = ()
+    refusal: tuple[dict[str, Any], ...] = ()
+    kind: Literal["logprobs"] = "logprobs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +133,7 @@ Event = (
     TextDelta
     | ReasoningDelta
     | ToolCallDelta
+    | Logprobs
     | Status
     | ToolStarted
     | ToolFinished

@@ -275,3 +275,5 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+    """The client's ``function.strict`` (Structured Outputs), sent as given."""

@@ -56,9 +56,11 @@ class ProviderSettings(_Section):
     list_upstream_models: bool = True
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = Field(
         default=None,
-        description="How an openai-kind upstream is sent the output cap. Default: "
-        "max_completion_tokens for api.openai.com (its newer models refuse max_tokens), "
-        "max_tokens elsewhere.",
+        description="How an openai-kind upstream is sent an output cap the client did "
+        "not name (an assistant's or a model alias's max_tokens; a client's max_tokens or "
+        "max_completion_tokens is sent as given, and none is sent when nobody set one). "
+        "Default: max_completion_tokens for api.openai.com (its reasoning models refuse "
+        "max_tokens), max_tokens elsewhere.",
     )
     # local provider only
     model_path: str | None = None
@@ -128,7 +130,15 @@ class ServerSettings(_Section):
         "200: orjson writes 254 levels, and an upstream request nests a little deeper).",
     )
     keepalive_seconds: float = 15.0
-    on_disconnect: Literal["continue", "cancel"] = "continue"
+    on_disconnect: Literal["auto", "continue", "cancel"] = Field(
+        default="auto",
+        description="When a client leaves before its reply ends (its Stop): auto cancels a "
+        "stateless request (no conversation_id: the client keeps its own history, so nobody "
+        "comes back for the rest) or an unsaved one (store: false), and lets a reply in a "
+        "conversation the client named finish and be saved for when the user returns; "
+        "continue finishes every reply; cancel cancels every one. A cancelled reply's "
+        "upstream request is closed and its text so far saved as interrupted.",
+    )
     log_level: str = "info"
     max_in_flight: int = Field(
         default=2048,
@@ -180,7 +190,12 @@ class ServerSettings(_Section):
 
 
 class ChatSettings(_Section):
-    default_max_tokens: int = 4096
+    default_max_tokens: int = Field(
+        default=4096,
+        description="The room kept for the reply when the context is fitted to the model's "
+        "window, when nobody set a cap. It is not sent: an upstream gets a max_tokens only "
+        "when the client, its assistant or the model alias set one.",
+    )
     checkpoint_seconds: float = 1.0
     session_idle_seconds: float = Field(
         default=5.0, gt=0, description="An idle conversation session leaves memory after this."
@@ -204,10 +219,14 @@ class ChatSettings(_Section):
         "conversation's own model).",
     )
     generate_titles: bool = Field(
-        default=True, description="After a successful turn, a title for an untitled chat."
+        default=True,
+        description="After a successful turn in a conversation the client named "
+        "(conversation_id), a title for an untitled chat; never for stateless requests.",
     )
     generate_suggestions: bool = Field(
-        default=True, description="After a successful turn, follow-up suggestions."
+        default=True,
+        description="After a successful turn in a conversation the client named "
+        "(conversation_id), follow-up suggestions; never for stateless requests.",
     )
     max_suggestions: int = Field(default=10, ge=0, le=10)
     ocr_model: str | None = Field(
@@ -265,6 +284,13 @@ class AgentSettings(_Section):
     retry_backoff_seconds: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])
     max_retry_after_seconds: float = Field(
         default=30.0, description="A longer Retry-After skips to the fallback model."
+    )
+    client_retries: Literal["defer", "ignore"] = Field(
+        default="defer",
+        description="A request whose client retries by itself (it sends "
+        "x-stainless-retry-count, as every official OpenAI SDK does, or Idempotency-Key): "
+        "defer tries each model once (the alias's fallbacks still follow) and lets the "
+        "client retry, its error saying x-should-retry; ignore retries it like any other.",
     )
     loop_window: int = Field(default=12, ge=2)
     loop_max_cycle: int = Field(default=3, ge=1)

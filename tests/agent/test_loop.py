@@ -848,6 +848,7 @@ def test_every_model_request_field_is_carried_by_the_loop() -> None:
         "tools",
         "tool_choice",
         "max_tokens",
+        "tokens_field",
         "temperature",
         "top_p",
         "stop",

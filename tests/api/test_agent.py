@@ -157,11 +157,14 @@ def test_client_and_server_tools_in_one_step(agent: openai.OpenAI, upstream: Moc
 def test_retry_after_503_then_fallback_model(
     agent: openai.OpenAI, upstream: MockOpenAI, agent_server: ParleyServer
 ) -> None:
+    # Parley's own retries: a client that does not send the SDK's retry count (with
+    # it, Parley leaves same-model retries to the SDK: tests/api/test_client_retries.py)
+    own = {"x-stainless-retry-count": openai.Omit()}
     upstream.queue_error(503, "busy", headers={"retry-after": "0"})
     upstream.queue_text("second try")
-    reply = agent.chat.completions.create(model="fast", messages=ASK)  # type: ignore[arg-type]
+    reply = agent.chat.completions.create(model="fast", messages=ASK, extra_headers=own)  # type: ignore[arg-type]
     assert reply.choices[0].message.content == "second try"
-    assert len(upstream.requests) == 2
+    assert [r["model"] for r in upstream.requests] == ["mock-model"] * 2  # retried, same model
     conversation = extras(reply)["parley"]["conversation_id"]
     rows = db_rows(
         agent_server.db_path,
@@ -174,7 +177,7 @@ def test_retry_after_503_then_fallback_model(
     for _ in range(3):  # one try and two retries on the model, then its fallback
         upstream.queue_error(502, "bad gateway")
     upstream.queue_text("from the fallback")
-    reply = agent.chat.completions.create(model="fast", messages=ASK)  # type: ignore[arg-type]
+    reply = agent.chat.completions.create(model="fast", messages=ASK, extra_headers=own)  # type: ignore[arg-type]
     assert reply.choices[0].message.content == "from the fallback"
     assert [r["model"] for r in upstream.requests] == ["mock-model"] * 3 + ["mock-large"]
 

@@ -124,14 +124,22 @@ def test_upstream_comments_and_unknown_fields_are_ignored(
     assert reply.choices[0].message.content == "fine"
 
 
-def test_max_tokens_zero_or_null_means_default(client: openai.OpenAI, upstream: MockOpenAI):
+def test_max_tokens_zero_or_null_sends_none(client: openai.OpenAI, upstream: MockOpenAI):
+    """No cap is invented: 0 or null (Chatchat's "the default") leaves the upstream's
+    own default, and a cap the client sets goes under the name it used."""
     upstream.queue_text("a")
     client.chat.completions.create(model="fast", messages=HELLO, max_tokens=0)
     upstream.queue_text("b")
     client.chat.completions.create(model="fast", messages=HELLO, extra_body={"max_tokens": None})
     upstream.queue_text("c")
     client.chat.completions.create(model="fast", messages=HELLO, max_tokens=33)
-    assert [r["max_tokens"] for r in upstream.requests] == [4096, 4096, 33]
+    upstream.queue_text("d")
+    client.chat.completions.create(model="fast", messages=HELLO, max_completion_tokens=44)
+    sent = [
+        {k: r[k] for k in ("max_tokens", "max_completion_tokens") if k in r}
+        for r in upstream.requests
+    ]
+    assert sent == [{}, {}, {"max_tokens": 33}, {"max_completion_tokens": 44}]
 
 
 def test_sampling_options_are_forwarded_and_unknown_fields_accepted(

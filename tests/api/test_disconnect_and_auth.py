@@ -1,4 +1,6 @@
-"""Client disconnects (finish by default, or cancel), keep-alives, API keys and owners."""
+"""Client disconnects (by default a named conversation's reply finishes and a stateless
+one is cancelled: tests/api/test_stateless_spend.py; or cancel them all), keep-alives,
+API keys and owners."""
 
 from __future__ import annotations
 
@@ -33,19 +35,33 @@ def _last_assistant(db: Path) -> dict[str, object]:
     return {"status": row["status"], "parts": json.loads(row["parts"])}
 
 
-def _open_and_drop(parley: ParleyServer) -> None:
+def _open_and_drop(parley: ParleyServer, conversation_id: str | None = None) -> None:
     """Read the first content chunk of a stream, then close the connection."""
-    body = {"messages": HELLO, "stream": True}
+    body: dict[str, object] = {"messages": HELLO, "stream": True}
+    if conversation_id is not None:
+        body["conversation_id"] = conversation_id
     with httpx.stream("POST", f"{parley.url}/v1/chat/completions", json=body) as response:
         for line in response.iter_lines():
             if '"content":"w' in line:
                 break
 
 
-def test_disconnect_by_default_finishes_and_saves(parley: ParleyServer, upstream: MockOpenAI):
+def _conversation(parley: ParleyServer) -> str:
+    """A stored conversation to continue by id."""
+    response = httpx.post(f"{parley.url}/v1/chat/completions", json={"messages": HELLO})
+    assert response.status_code == 200, response.text
+    conversation_id: str = response.json()["parley"]["conversation_id"]
+    return conversation_id
+
+
+def test_disconnect_by_default_finishes_and_saves_a_named_conversations_reply(
+    parley: ParleyServer, upstream: MockOpenAI
+):
+    upstream.queue_text("hi")
+    conversation_id = _conversation(parley)
     pieces = [f"w{n} " for n in range(12)]
     upstream.queue(Reply(frames=text_frames(pieces), delay=0.1))
-    _open_and_drop(parley)
+    _open_and_drop(parley, conversation_id)
     _wait_for(lambda: _last_assistant(parley.db_path)["status"] == "complete")
     saved = _last_assistant(parley.db_path)
     assert saved["parts"] == [{"kind": "text", "text": "".join(pieces)}]
@@ -84,10 +100,13 @@ def cancelling(
 
 
 def test_disconnect_can_cancel_the_upstream(cancelling: ParleyServer, upstream: MockOpenAI):
+    """``cancel`` cancels every reply, even in a conversation the client named."""
+    upstream.queue_text("hi")
+    conversation_id = _conversation(cancelling)
     closed_before = upstream.connections_closed
     upstream.queue(Reply(frames=text_frames([f"w{n} " for n in range(100)]), delay=0.1))
     started = time.monotonic()
-    _open_and_drop(cancelling)
+    _open_and_drop(cancelling, conversation_id)
     _wait_for(lambda: upstream.connections_closed > closed_before)
     assert time.monotonic() - started < 5  # not the 10 s the whole reply would take
     _wait_for(lambda: _last_assistant(cancelling.db_path)["status"] == "interrupted")

@@ -207,9 +207,13 @@ def test_keyless_loopback_use_has_the_overall_limit_alone(
 def test_replies_whose_client_left_still_count_for_their_key(
     upstream: MockOpenAI, tmp_path: Path
 ) -> None:
-    """A client that starts a reply and leaves (the reply goes on and is saved) cannot
-    start unbounded work: the running replies count against its key until they end."""
-    config = server_config(upstream, server={"max_in_flight_per_key": 2})
+    """A client that starts a reply and leaves (the reply goes on and is saved: here
+    ``on_disconnect: continue``, as a named conversation's reply under the default)
+    cannot start unbounded work: the running replies count against its key until they
+    end."""
+    config = server_config(
+        upstream, server={"max_in_flight_per_key": 2, "on_disconnect": "continue"}
+    )
     with ParleyServer(tmp_path, config) as parley:
         alice, bob = parley.create_key("alice"), parley.create_key("bob")
         with _client(parley, alice) as client:

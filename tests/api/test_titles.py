@@ -1,5 +1,7 @@
-"""Titles and follow-up suggestions after a successful turn, through a real server: a
-fast model writes them in the background, and the conversations API shows them."""
+"""Titles and follow-up suggestions after a successful turn in a conversation the client
+named, through a real server: a fast model writes them in the background, and the
+conversations API shows them (a stateless request gets neither:
+tests/api/test_stateless_spend.py)."""
 
 from __future__ import annotations
 
@@ -44,13 +46,21 @@ def test_a_title_and_suggestions_follow_a_successful_turn(
 ) -> None:
     upstream.reset()
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+    upstream.queue_text("Hello.")
+    first = client.chat.completions.create(
+        model="fast", messages=[{"role": "user", "content": "hi"}]
+    )
+    cid = (first.model_extra or {})["parley"]["conversation_id"]
+    assert len(upstream.requests) == 1  # stateless: no title, no suggestions
+    # continued by its id: the user will see it again
     upstream.queue_text("Paris is the capital of France.")
     upstream.route_text("short title", "Capital of France")
     upstream.route_text("follow-up", '["What about Germany?", "How big is Paris?"]')
-    reply = client.chat.completions.create(
-        model="fast", messages=[{"role": "user", "content": "what is the capital of france"}]
+    client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "what is the capital of france"}],
+        extra_body={"conversation_id": cid},
     )
-    cid = (reply.model_extra or {})["parley"]["conversation_id"]
     # the provisional title (the first line) until the generated one lands
     wait_for(lambda: conversation(server, cid)["title"] == "Capital of France")
     wait_for(lambda: conversation(server, cid)["suggestions"] != [])
@@ -78,13 +88,19 @@ def test_a_failing_fast_model_costs_the_user_nothing(
 ) -> None:
     upstream.reset()
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
-    upstream.queue_text("Fine.")  # nothing scripted for the title: the mock answers 500
-    reply = client.chat.completions.create(
+    upstream.queue_text("Hi.")
+    first = client.chat.completions.create(
         model="fast", messages=[{"role": "user", "content": "hello there"}]
     )
+    cid = (first.model_extra or {})["parley"]["conversation_id"]
+    upstream.queue_text("Fine.")  # nothing scripted for the title: the mock answers 500
+    reply = client.chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "how are you"}],
+        extra_body={"conversation_id": cid},
+    )
     assert reply.choices[0].message.content == "Fine."
-    cid = (reply.model_extra or {})["parley"]["conversation_id"]
-    wait_for(lambda: len(upstream.requests) >= 3)
+    wait_for(lambda: len(upstream.requests) >= 4)  # two turns, then title and suggestions
     time.sleep(0.2)
     body = conversation(server, cid)
     assert body["title"] == "hello there"  # the provisional one stays

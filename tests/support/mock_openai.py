@@ -103,6 +103,9 @@ class MockOpenAI:
         self._routed: list[tuple[str, Reply]] = []
         self.fallback: Reply | None = None
         """What answers when nothing is queued (None: a 500 that says so)."""
+        self.refused_fields: set[str] = set()
+        """Request fields answered with OpenAI's 400 ``unsupported_parameter`` (as its
+        reasoning models answer ``max_tokens``)."""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -115,6 +118,7 @@ class MockOpenAI:
         self._routed.clear()
         self.requests.clear()
         self.headers.clear()
+        self.refused_fields.clear()
 
     def queue(self, reply: Reply) -> None:
         self._replies.append(reply)
@@ -191,6 +195,16 @@ class MockOpenAI:
         body = orjson.loads(await request.body())
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        refused = sorted(self.refused_fields & set(body))
+        if refused:
+            error = {
+                "message": f"Unsupported parameter: '{refused[0]}' is not supported with "
+                "this model.",
+                "type": "invalid_request_error",
+                "param": refused[0],
+                "code": "unsupported_parameter",
+            }
+            return JSONResponse({"error": error}, status_code=400)
         raw = orjson.dumps(body).decode()
         routed = next((r for r in self._routed if r[0] in raw), None)
         if routed is not None:
@@ -245,6 +259,7 @@ def collapse(frames: list[bytes]) -> bytes:
     raw = b"".join(frames).replace(b"\r\n", b"\n")
     content, reasoning, finish, usage_seen = "", "", None, None
     calls: dict[int, dict[str, Any]] = {}
+    logprobs: list[Any] = []
     try:
         for block in raw.split(b"\n\n"):
             data = b"".join(
@@ -259,6 +274,7 @@ def collapse(frames: list[bytes]) -> bytes:
                 content += delta.get("content") or ""
                 reasoning += delta.get("reasoning_content") or ""
                 finish = choice.get("finish_reason") or finish
+                logprobs += (choice.get("logprobs") or {}).get("content") or ()
                 for call in delta.get("tool_calls") or ():
                     entry = calls.setdefault(
                         len(calls) if call.get("id") and call["index"] in calls else call["index"],
@@ -281,7 +297,14 @@ def collapse(frames: list[bytes]) -> bytes:
             "object": "chat.completion",
             "created": 1,
             "model": "mock-model",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": finish,
+                    **({"logprobs": {"content": logprobs, "refusal": None}} if logprobs else {}),
+                }
+            ],
             **({"usage": usage_seen} if usage_seen else {}),
         }
     )

@@ -132,6 +132,9 @@ class AgentRequest:
     """Who asked (None: the owner, with no key)."""
     source: str = "api"
     """Which door the request came through (for the interceptors)."""
+    client_retries: bool = False
+    """The client retries a failed request by itself: the turn's first model call tries
+    each model once while nothing has reached the client (``ChatTurn.client_retries``)."""
     policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
     """Approval policy per server tool (missing: auto)."""
     resume: Resume | None = None
@@ -401,6 +404,7 @@ class AgentLoop:
                 tools=tools,
                 tool_choice=choice if tools else None,
                 max_tokens=template.max_tokens,
+                tokens_field=template.tokens_field,
                 temperature=template.temperature,
                 top_p=template.top_p,
                 stop=template.stop,
@@ -415,6 +419,9 @@ class AgentLoop:
             incremental=template.incremental,
             forwards_tool_calls=not request.server_tools,
             turn=info,
+            # a later step's failure would make the client's retry redo the turn's work
+            # (its tools ran): Parley retries that step itself
+            client_retries=request.client_retries and not turn.committed,
         )
 
     def _context(self, request: AgentRequest, session: _Session, call: ToolCallPart) -> ToolContext:

@@ -13,6 +13,12 @@ retry and each fallback model is a call the interceptors see.
   ``max_retry_after_seconds`` skips straight to the fallback), but only while no answer
   text or tool call has reached the client. Then each fallback model of the alias gets
   the same treatment. A ``Restart`` event tells the client to drop partial output.
+- A client that retries by itself (``CallPlan.client_retries``: an OpenAI SDK) makes
+  those retries: while nothing has reached it (its failure is still an HTTP error it
+  can retry), each model gets one try, then the next fallback, so that one SDK call
+  with its two retries reaches a model 3 times, not 12. Once anything was shown
+  (the 200 of a stream is sent: a failure is an error event no client retries), the
+  retries above apply again.
 - Every attempt's usage is counted in the turn, discarded ones included.
 
 What does not belong here: what to do with the reply (``loop.py``).
@@ -30,7 +36,7 @@ from functools import partial
 from parley.agent.stream import ThinkTagReader
 from parley.agent.turn import TurnState
 from parley.errors import ProviderError
-from parley.events import Done, Event, Restart, TextDelta, ToolCallDelta
+from parley.events import Done, Event, ReasoningDelta, Restart, TextDelta, ToolCallDelta
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, Purpose, TurnInfo
 from parley.providers.pricing import PriceCatalog
@@ -57,6 +63,9 @@ class CallPlan:
     turn: TurnInfo = field(default_factory=TurnInfo)
     """Who the call is for, as the interceptors see it."""
     purpose: Purpose = "chat"
+    client_retries: bool = False
+    """The client retries a failed request itself: no same-model retries while nothing
+    has reached it (fallback models are still tried)."""
 
 
 def first_token_seconds(settings: AgentSettings, input_tokens: int) -> float:
@@ -186,6 +195,8 @@ class ModelCall:
         settings = self._settings
         attempt = 0
         last_error: ProviderError | None = None
+        shown = False  # reasoning reached a streaming client: its 200 has been sent
+        # (answer text or a tool call reaching it ends the retries anyway: ``answered``)
         for position, model in enumerate(plan.models):
             if position:
                 assert last_error is not None
@@ -240,6 +251,8 @@ class ModelCall:
                                     )
                                 ):
                                     answered = True  # reasoning alone does not block a retry
+                                elif plan.incremental and isinstance(event, ReasoningDelta):
+                                    shown = True
                                 yield event
                             if finished:
                                 break
@@ -266,8 +279,8 @@ class ModelCall:
                     last_error = exc
                     if not exc.retryable:
                         break  # straight to the fallback
-                    if pause is None:
-                        break
+                    if pause is None or (plan.client_retries and not shown):
+                        break  # the next model (the client retries the request itself)
                     delay = pause * random.uniform(1.0, 1.25)
                     if exc.retry_after is not None:
                         if exc.retry_after > settings.max_retry_after_seconds:

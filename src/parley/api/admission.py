@@ -194,7 +194,7 @@ class Admission:
     def _refusal(self, scope: Scope, who: str) -> Overloaded | None:
         """Why a guarded request of ``who`` is not admitted now, or None: the rules of
         the module's docstring, in order."""
-        # Generations whose client left keep running (on_disconnect: continue): they
+        # Generations whose client left may keep running (server.on_disconnect): they
         # count too, the key's and in all, or connecting and leaving in a loop would
         # start unbounded work.
         mine = max(self.per_key.get(who, 0), self.ledger.working.get(who, 0))

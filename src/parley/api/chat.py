@@ -3,13 +3,21 @@
 Streaming waits for the model's first output before sending the 200: a failure before
 it is a real HTTP error, never an empty stream. After it, a failure is sent as
 ``data: {"error": ...}`` and the stream closes without ``[DONE]``.
+
+Retries: a client that retries by itself (it sends ``x-stainless-retry-count``, as
+every official OpenAI SDK does, or ``Idempotency-Key``) gets one try per model under
+``agent.client_retries: defer`` (``ChatTurn.client_retries``), and an upstream failure
+answered as an HTTP error says ``x-should-retry``: true when a retry may help (the
+upstream error was retryable: rate limited, overloaded, unavailable, a timeout before
+the first token) and the turn has done no work a retry would repeat (no tool ran).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -38,15 +46,23 @@ from parley.api.sse import (
 from parley.api.state import AppState
 from parley.api.wire import ChatCompletionRequest, check_counts, to_turn
 from parley.conversations.generation import Generation
-from parley.errors import InvalidRequest, ParleyError, PayloadTooLarge, UnsupportedMediaType
+from parley.errors import (
+    InvalidRequest,
+    ParleyError,
+    PayloadTooLarge,
+    ProviderError,
+    UnsupportedMediaType,
+)
 from parley.events import (
     FINISH_REASONS,
     Done,
     Event,
+    Logprobs,
     ReasoningDelta,
     Restart,
     Status,
     StepDone,
+    StopReason,
     StreamError,
     TextDelta,
     ToolCallDelta,
@@ -57,6 +73,8 @@ from parley.events import (
 from parley.identity import Caller
 from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
 from parley.transforms.output import DisplayRewriter, apply_rules
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -156,9 +174,27 @@ async def answer(
         tools=state.tools,
         create_missing=create_missing,
     )
+    if state.settings.agent.client_retries == "defer" and retries_itself(request):
+        changes["client_retries"] = True
     if changes:
         turn = replace(turn, **changes)
     return await respond(state, request, body, await state.service.prepare(turn))
+
+
+def retries_itself(request: Request) -> bool:
+    """The client retries a failed request by itself: an OpenAI SDK (it sends its try
+    number, 0 on the first) or a client that sends an ``Idempotency-Key``."""
+    headers = request.headers
+    return "x-stainless-retry-count" in headers or "idempotency-key" in headers
+
+
+def failure_response(error: ParleyError, generation: Generation) -> Response:
+    """The HTTP error of a generation that failed before its answer began. An upstream
+    failure says whether the client should retry (``x-should-retry``): when the upstream
+    may answer next time and nothing the turn did (its tools) would run twice."""
+    if not isinstance(error, ProviderError):
+        return error_response(error)
+    return error_response(error, retry=error.retryable and not generation.turn.committed)
 
 
 async def read_json_object(
@@ -200,11 +236,23 @@ async def respond(
     """Run a prepared generation as the chat-completions response ``body`` asked for."""
     options = body.stream_options
     include_usage = bool(options and options.include_usage)
+    legacy = body.functions is not None
     if body.stream:
         return stream_response(
-            state, generation, include_usage, coalesce_ms=options.coalesce_ms if options else 0
+            state,
+            generation,
+            include_usage,
+            coalesce_ms=options.coalesce_ms if options else 0,
+            legacy=legacy,
         )
-    return await _collect(state, generation, request)
+    return await _collect(state, generation, request, legacy=legacy)
+
+
+def _headers(generation: Generation) -> dict[str, str]:
+    """The request fields the model's provider ignored (advisory ones it has no use for)."""
+    if not generation.ignored_params:
+        return {}
+    return {"x-parley-ignored-params": ", ".join(generation.ignored_params)}
 
 
 async def read_body(request: Request, limit: int, *, allow_empty: bool = False) -> bytes:
@@ -253,8 +301,15 @@ def _finish_status(generation: Generation) -> int:
 
 
 def stream_response(
-    state: AppState, generation: Generation, include_usage: bool, *, coalesce_ms: int = 0
+    state: AppState,
+    generation: Generation,
+    include_usage: bool,
+    *,
+    coalesce_ms: int = 0,
+    legacy: bool = False,
 ) -> Response:
+    """``legacy``: the request gave ``functions``, so its call is streamed as
+    ``delta.function_call`` and it finishes with ``function_call``."""
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
         created=generation.created,
@@ -346,6 +401,13 @@ def stream_response(
                 case ReasoningDelta(text=text):
                     if text:
                         await write(encoder.delta({"reasoning_content": text}))
+                case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments) if (
+                    legacy
+                ):
+                    if index == 0:  # a legacy reply has one call (parallel calls are off)
+                        legacy_call = {"name": name, "arguments": arguments} if name else {}
+                        legacy_call.setdefault("arguments", arguments)
+                        await write(encoder.delta({"function_call": legacy_call}))
                 case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
                     function: dict[str, str] = {"arguments": arguments}
                     call: dict[str, Any] = {"index": index}
@@ -398,11 +460,15 @@ def stream_response(
                     code = STATUS_LLM_START if name == "thinking" else STATUS_LLM_NEW_TOKEN
                     status = {"name": name, "detail": detail}
                     await write(encoder.progress(code, {"status": status}))
+                case Logprobs():
+                    await write(encoder.logprobs(event))
                 case UsageEvent(usage=event_usage):
                     usage.append(event_usage)
                 case Done(stop_reason=reason):
                     frames = encoder.finish(
-                        FINISH_REASONS[reason], _summary(generation), _finish_status(generation)
+                        _finish_reason(reason, legacy),
+                        _summary(generation),
+                        _finish_status(generation),
                     )
                     if include_usage:
                         frames += encoder.usage(usage[-1] if usage else Usage())
@@ -417,34 +483,63 @@ def stream_response(
         state.service.start(generation, sink)
 
     def first_failure() -> Response | None:
-        return error_response(failed_first[0]) if failed_first else None
+        return failure_response(failed_first[0], generation) if failed_first else None
 
-    cancel = state.settings.server.on_disconnect == "cancel"
     return EventStream(
         run,
         first_failure,
-        on_disconnect=lambda: generation.detach(cancel=cancel),
+        headers=[(k.encode(), v.encode()) for k, v in _headers(generation).items()],
+        on_disconnect=generation.detach,  # cancels as server.on_disconnect says
         keepalive_seconds=state.settings.server.keepalive_seconds,
     )
 
 
-async def _collect(state: AppState, generation: Generation, request: Request) -> Response:
-    done, usage = await finished(state, generation, request)
+def _finish_reason(reason: StopReason, legacy: bool) -> str:
+    finish = FINISH_REASONS[reason]
+    return "function_call" if legacy and finish == "tool_calls" else finish
+
+
+async def _collect(
+    state: AppState, generation: Generation, request: Request, *, legacy: bool = False
+) -> Response:
+    try:
+        reply = await finished(state, generation, request)
+    except ProviderError as exc:
+        if exc.status >= 500:  # logged as api/errors.py does
+            log.warning("%s: %s", type(exc).__name__, exc.message)
+        return failure_response(exc, generation)
     return Response(
-        orjson.dumps(completion_body(generation, done, usage)), media_type="application/json"
+        orjson.dumps(completion_body(generation, reply, legacy=legacy)),
+        media_type="application/json",
+        headers=_headers(generation),
     )
 
 
-async def finished(state: AppState, generation: Generation, request: Request) -> tuple[Done, Usage]:
+@dataclass(slots=True)
+class Finished:
+    """How a reply a client waited for ended, and what it adds to the stored one."""
+
+    done: Done
+    usage: Usage
+    logprobs: Logprobs | None
+    """All of the reply's (the last attempt's), when the client asked for them."""
+
+
+async def finished(state: AppState, generation: Generation, request: Request) -> Finished:
     """Run a prepared generation for a client that waits for the whole reply.
 
     Raises the generation's error; a client that went away gets ``ClientGone``."""
     last_event: asyncio.Future[Done | StreamError] = asyncio.get_running_loop().create_future()
     usage: list[Usage] = []
+    logprobs: list[Logprobs] = []
 
     async def sink(event: Event) -> None:
         if isinstance(event, UsageEvent):
             usage.append(event.usage)
+        elif isinstance(event, Logprobs):
+            logprobs.append(event)
+        elif isinstance(event, Restart):
+            logprobs.clear()  # the answer starts again
         elif isinstance(event, Done | StreamError) and not last_event.done():
             last_event.set_result(event)
 
@@ -452,7 +547,7 @@ async def finished(state: AppState, generation: Generation, request: Request) ->
         """The client going away is noticed at once, not when the reply is written."""
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        generation.detach(cancel=state.settings.server.on_disconnect == "cancel")
+        generation.detach()  # cancels as server.on_disconnect says
         if not last_event.done():
             last_event.set_result(StreamError(ClientGone("client disconnected")))
 
@@ -464,11 +559,22 @@ async def finished(state: AppState, generation: Generation, request: Request) ->
         watcher.cancel()
     if isinstance(last, StreamError):
         raise last.error
-    return last, usage[-1] if usage else Usage()
+    joined = (
+        Logprobs(
+            tuple(e for lp in logprobs for e in lp.content),
+            tuple(e for lp in logprobs for e in lp.refusal),
+        )
+        if logprobs
+        else None
+    )
+    return Finished(last, usage[-1] if usage else Usage(), joined)
 
 
-def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[str, Any]:
-    """The ``chat.completion`` object of a finished generation."""
+def completion_body(
+    generation: Generation, reply: Finished, *, legacy: bool = False
+) -> dict[str, Any]:
+    """The ``chat.completion`` object of a finished generation (``legacy``: its call
+    named in ``function_call``, as the request gave ``functions``)."""
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
     parts = generation.turn.parts()
     text = reply_text(parts)
@@ -483,7 +589,9 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning
-    if calls:
+    if calls and legacy:
+        message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
+    elif calls:
         message["tool_calls"] = [
             {
                 "id": c.id,
@@ -492,21 +600,23 @@ def completion_body(generation: Generation, done: Done, usage: Usage) -> dict[st
             }
             for c in calls
         ]
+    logprobs = reply.logprobs
     return {
         "id": f"chatcmpl-{generation.message_id}",
         "object": "chat.completion",
         "created": generation.created,
         "model": generation.turn.answered_by or generation.model.public_name,
-        "system_fingerprint": None,
         "choices": [
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
-                "finish_reason": FINISH_REASONS[done.stop_reason],
+                "logprobs": None
+                if logprobs is None
+                else {"content": list(logprobs.content), "refusal": list(logprobs.refusal)},
+                "finish_reason": _finish_reason(reply.done.stop_reason, legacy),
             }
         ],
-        "usage": usage_to_openai(usage),
+        "usage": usage_to_openai(reply.usage),
         "parley": {**_parley(generation), **_summary(generation), "tools": tool_report(ran)},
         "status": _finish_status(generation),
         "message_type": 1,

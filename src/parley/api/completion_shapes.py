@@ -17,7 +17,8 @@ from pydantic import Field
 from parley.api.openapi import ErrorObject
 from parley.api.shapes import Citation, Shape
 
-FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+"""``function_call`` only for a request that gave the legacy ``functions``."""
 
 
 class Function(Shape):
@@ -29,6 +30,23 @@ class ToolCall(Shape):
     id: str
     type: Literal["function"]
     function: Function
+
+
+class TopLogprob(Shape):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Shape):
+    """The upstream's log probabilities, relayed (the request set ``logprobs``)."""
+
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None
 
 
 class CachedTokens(Shape):
@@ -98,12 +116,15 @@ class AssistantMessage(Shape):
     refusal: None
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    function_call: Function | None = Field(
+        default=None, description="Legacy: the call, for a request that gave `functions`."
+    )
 
 
 class Choice(Shape):
     index: int
     message: AssistantMessage
-    logprobs: None
+    logprobs: ChoiceLogprobs | None
     finish_reason: FinishReason
 
 
@@ -112,7 +133,6 @@ class ChatCompletion(Shape):
     object: Literal["chat.completion"]
     created: int
     model: str
-    system_fingerprint: None
     choices: list[Choice]
     usage: CompletionUsage
     parley: ParleyExtension
@@ -138,12 +158,15 @@ class Delta(Shape):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
+    function_call: DeltaFunction | None = Field(
+        default=None, description="Legacy: for a request that gave `functions`."
+    )
 
 
 class ChunkChoice(Shape):
     index: int
     delta: Delta
-    logprobs: None
+    logprobs: ChoiceLogprobs | None
     finish_reason: FinishReason | None
 
 
@@ -160,7 +183,6 @@ class ChatCompletionChunk(Shape):
     object: Literal["chat.completion.chunk"]
     created: int
     model: str
-    system_fingerprint: None
     choices: list[ChunkChoice] = Field(description="Empty in the usage chunk.")
     usage: CompletionUsage | None = Field(
         default=None, description="With stream_options.include_usage: null, then the totals."

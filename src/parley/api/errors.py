@@ -1,7 +1,8 @@
 """Mapping errors to HTTP: the OpenAI error object, the right status, in one place.
 
 ``{"error": {"message", "type", "param", "code"}}`` for every failure, including
-unknown routes, wrong methods and request validation. 429 and 503 carry Retry-After.
+unknown routes, wrong methods and request validation. 429 and 503 carry Retry-After;
+an upstream failure of a chat answer says ``x-should-retry`` (``api/chat.py``).
 A body FastAPI refuses before any dependency runs (not JSON, not UTF-8, invalid) is
 answered 401 or 403 when the caller is not let in: authentication comes first.
 Messages never include request headers or provider keys.
@@ -26,10 +27,14 @@ from parley.errors import InvalidRequest, ParleyError
 log = logging.getLogger(__name__)
 
 
-def error_response(error: ParleyError) -> Response:
+def error_response(error: ParleyError, *, retry: bool | None = None) -> Response:
+    """``retry``: whether a client should send the request again, as the OpenAI SDKs
+    read it (``x-should-retry``, which they obey over their own rules; None: unsaid)."""
     headers: dict[str, str] = {}
     if error.retry_after is not None or error.status in (429, 503):
         headers["retry-after"] = str(max(1, math.ceil(error.retry_after or 1)))
+    if retry is not None:
+        headers["x-should-retry"] = "true" if retry else "false"
     return Response(
         error_body(error.message, error.type, error.code, error.param),
         status_code=error.status,

@@ -22,9 +22,10 @@ again, as clients expect of a server error or a refusal. A response over
 ``max_response_bytes`` is answered once and then as 409 ``idempotency_response_too_large``.
 
 The first client leaving does not end the recording: the response is produced to its
-end for whoever sends the key again (as the generation goes on anyway). With
-``server.on_disconnect: cancel`` the client leaving cancels as usual, and the key is
-forgotten with the incomplete response.
+end for whoever sends the key again (the generation goes on, even a stateless one that
+``server.on_disconnect: auto`` would otherwise cancel: a client sending a key means to
+come back for it). With ``server.on_disconnect: cancel`` the client leaving cancels as
+usual, and the key is forgotten with the incomplete response.
 
 What does not belong here: the rows (``store/idempotency.py``); who the caller is
 (``api/auth.py``).

@@ -9,13 +9,14 @@ disconnect is noticed at once even while the upstream is silent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from parley.events import Logprobs
 from parley.messages import Usage
 
 # Langchain-Chatchat agent status numbers
@@ -51,6 +52,9 @@ def error_body(message: str, type_: str, code: str | None, param: str | None = N
     )
 
 
+_NO_LOGPROBS = b',"logprobs":null'
+
+
 class ChunkEncoder:
     """Encodes ``chat.completion.chunk`` frames for one response."""
 
@@ -70,7 +74,6 @@ class ChunkEncoder:
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "system_fingerprint": None,
             }
         )
         self._prefix = b"data: " + head[:-1] + b',"choices":[{"index":0,"delta":'
@@ -85,7 +88,8 @@ class ChunkEncoder:
         tail = self._tails.get(key)
         if tail is None:
             tail = (
-                b',"logprobs":null,"finish_reason":'
+                _NO_LOGPROBS
+                + b',"finish_reason":'
                 + finish
                 + b"}]"
                 + self._usage_null
@@ -102,6 +106,13 @@ class ChunkEncoder:
 
     def delta(self, delta: dict[str, Any], status: int = STATUS_LLM_NEW_TOKEN) -> bytes:
         return self._prefix + orjson.dumps(delta) + self._tail(status, b"null")
+
+    def logprobs(self, logprobs: Logprobs) -> bytes:
+        """A chunk with an empty delta carrying the log probabilities of the tokens
+        sent before it."""
+        entries = {"content": list(logprobs.content), "refusal": list(logprobs.refusal)}
+        tail = self._tail(STATUS_LLM_NEW_TOKEN, b"null")[len(_NO_LOGPROBS) :]
+        return self._prefix + b"{}" + b',"logprobs":' + orjson.dumps(entries) + tail
 
     def finish(
         self,
@@ -169,9 +180,11 @@ class EventStream(Response):
         first_failure: Callable[[], Response | None],
         on_disconnect: Callable[[], None],
         keepalive_seconds: float,
+        headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         self.status_code = 200
         self.background = None
+        self._start = {**_START, "headers": [*_START["headers"], *headers]} if headers else _START
         self._run = run
         self._first_failure = first_failure
         self._on_disconnect = on_disconnect
@@ -195,13 +208,13 @@ class EventStream(Response):
                         await failure(scope, receive, send)
                         finished.set_result(None)
                         return
-                    await send(_START)
+                    await send(self._start)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 finished.set_result(None)
                 return
             if not started:
                 started = True
-                await send(_START)
+                await send(self._start)
             last_write = loop.time()
             await send({"type": "http.response.body", "body": frame, "more_body": True})
 
@@ -229,7 +242,7 @@ class EventStream(Response):
                 pinger.cancel()
 
 
-_START = {
+_START: dict[str, Any] = {
     "type": "http.response.start",
     "status": 200,
     "headers": [

@@ -100,8 +100,7 @@ async def run_task(request: Request) -> Response:
     generation = await state.service.prepare(turn)
     if body.stream:
         return stream_response(state, generation, include_usage=True)
-    done, usage = await finished(state, generation, request)
-    completion = completion_body(generation, done, usage)
+    completion = completion_body(generation, await finished(state, generation, request))
     stopped = generation.turn.stop
     result: dict[str, Any] = {
         "id": f"task_{generation.message_id}",

@@ -1,8 +1,13 @@
 """OpenAI Chat Completions request models and their conversion to a ``ChatTurn``.
 
-Unknown top-level fields are accepted (clients send many). Parley's extension fields
-ride at the top level (the OpenAI SDK's ``extra_body`` lands there): ``conversation_id``
-and ``metadata``; a literal ``extra_body`` object (Langchain-Chatchat) is read too.
+Every field of OpenAI's ``CreateChatCompletionRequest`` is read: those a provider can
+honour travel in ``ChatTurn.options`` (``providers/options.py`` decides, per provider,
+what is sent, refused or ignored), audio output and ``n`` > 1 are refused here, and the
+legacy ``functions``/``function_call`` become tools. Other top-level fields are
+accepted (clients send many). Parley's extension fields ride at the top level (the
+OpenAI SDK's ``extra_body`` lands there): ``conversation_id``, ``assistant``,
+``approvals``, ``knowledge_bases`` ...; a literal ``extra_body`` object
+(Langchain-Chatchat) is read too.
 Tools given as full definitions are the client's; plain strings name server tools.
 """
 
@@ -38,7 +43,7 @@ from parley.messages import (
     ToolResult,
     ToolSpec,
 )
-from parley.providers.protocol import SAMPLING_OPTIONS
+from parley.providers.protocol import REQUEST_OPTIONS, TokensField
 from parley.settings import ChatSettings
 from parley.tools.registry import ToolRegistry
 
@@ -92,17 +97,20 @@ class WireToolCall(_Wire):
 
 
 class WireMessage(_Wire):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[Content] | None = None
     name: str | None = None
     tool_calls: list[WireToolCall] | None = None
     tool_call_id: str | None = None
+    function_call: FunctionCall | None = None
+    """Legacy: an assistant's one call (``role: "function"`` messages answer it)."""
 
 
 class FunctionDefinition(_Wire):
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
 
 
 class WireTool(_Wire):
@@ -114,6 +122,14 @@ class StreamOptions(_Wire):
     include_usage: bool = False
     coalesce_ms: int = Field(default=0, ge=0, le=1000)
     """Parley: join text arriving within this many milliseconds into one chunk."""
+
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+"""OpenAI's levels, and Parley's ``max``: the highest every reasoning model takes."""
+
+
+class LegacyFunctionChoice(_Wire):
+    name: str = Field(min_length=1, max_length=128)
 
 
 class ApprovalDecision(BaseModel):
@@ -151,14 +167,35 @@ class ChatCompletionRequest(_Wire):
     parallel_tool_calls: bool | None = None
     logit_bias: dict[str, float] | None = None
     store: bool | None = None
-    reasoning_effort: str | None = Field(default=None, max_length=32)
+    """False: Parley keeps no record of the turn (and an upstream that stores
+    completions is told the same); sent on as given."""
+    reasoning_effort: ReasoningEffort | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    verbosity: Literal["low", "medium", "high"] | None = None
+    metadata: (
+        dict[
+            Annotated[str, StringConstraints(max_length=64)],
+            Annotated[str, StringConstraints(max_length=512)],
+        ]
+        | None
+    ) = Field(default=None, max_length=16)
+    prompt_cache_key: str | None = Field(default=None, max_length=1024)
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: str | None = Field(default=None, max_length=64)
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    prediction: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+    audio: dict[str, Any] | None = None
+    functions: list[FunctionDefinition] | None = Field(default=None, min_length=1, max_length=128)
+    """Legacy: as ``tools`` (the reply then names its call in ``function_call``)."""
+    function_call: Literal["none", "auto"] | LegacyFunctionChoice | None = None
+    """Legacy: as ``tool_choice``."""
     # extensions
     conversation_id: str | None = Field(default=None, min_length=1, max_length=64)
     tool_config: dict[str, Any] | None = None
     """Langchain-Chatchat: server tools to enable, by name (the values are their options)."""
-    metadata: dict[str, Any] | None = None
     extra_body: dict[str, Any] | None = None
     use_mcp: StrictBool | None = None
     """Offer every enabled MCP server's tools (Langchain-Chatchat's flag); None: the
@@ -186,7 +223,7 @@ def options_model(name: str, doc: str, drop: Iterable[str], **fields: Any) -> ty
     return create_model(name, __base__=_Wire, __doc__=doc, **kept, **fields)
 
 
-_PASSTHROUGH = sorted(SAMPLING_OPTIONS)
+_PASSTHROUGH = sorted(REQUEST_OPTIONS)
 
 
 def to_turn(
@@ -204,11 +241,28 @@ def to_turn(
     conversation_id = body.conversation_id or _str_or_none(extra.get("conversation_id"))
     messages, trailing, orphans = to_messages(body.messages)
     max_tokens = body.max_completion_tokens or body.max_tokens or None
+    tokens_field: TokensField | None = (
+        "max_completion_tokens"
+        if body.max_completion_tokens
+        else "max_tokens"
+        if max_tokens
+        else None
+    )
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     options = {
         name: getattr(body, name) for name in _PASSTHROUGH if getattr(body, name) is not None
     }
-    client_tools, server_tools = _tool_specs(body.tools or [], tools)
+    if body.functions is not None:  # legacy: the same as tools
+        legacy: list[WireTool | str] = [WireTool(function=f) for f in body.functions]
+        client_tools, server_tools = _tool_specs(legacy, tools)
+        choice = body.function_call
+        tool_choice = _tool_choice(
+            choice.name if isinstance(choice, LegacyFunctionChoice) else choice
+        )
+        options.setdefault("parallel_tool_calls", False)  # a legacy reply names one call
+    else:
+        client_tools, server_tools = _tool_specs(body.tools or [], tools)
+        tool_choice = _tool_choice(body.tool_choice)
     approvals = _decisions(body.approvals if body.approvals is not None else extra.get("approvals"))
     tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
     if isinstance(tool_config, dict):
@@ -234,8 +288,9 @@ def to_turn(
         create_missing=create_missing,
         tools=client_tools,
         server_tools=server_tools,
-        tool_choice=_tool_choice(body.tool_choice),
+        tool_choice=tool_choice,
         max_tokens=max_tokens,
+        tokens_field=tokens_field,
         temperature=body.temperature,
         top_p=body.top_p,
         stop=stop,
@@ -310,6 +365,16 @@ def _check_limits(body: ChatCompletionRequest, limits: ChatSettings) -> None:
     _check_messages(body.messages, limits)
     if body.n is not None and body.n > 1:
         raise InvalidRequest("only n=1 is supported", param="n", code="unsupported_value")
+    if body.audio is not None or "audio" in (body.modalities or ()):
+        raise InvalidRequest(
+            "audio output is not supported: Parley relays text replies",
+            param="audio" if body.audio is not None else "modalities",
+            code="unsupported_parameter",
+        )
+    if body.functions is not None and body.tools is not None:
+        raise InvalidRequest("send tools or the legacy functions, not both", param="functions")
+    if body.function_call is not None and body.functions is None:
+        raise InvalidRequest("function_call needs functions", param="function_call")
     if body.tools is not None and len(body.tools) > limits.max_tools:
         raise InvalidRequest(
             f"too many tools ({len(body.tools)} > {limits.max_tools})", param="tools"
@@ -429,9 +494,15 @@ def to_messages(
     call_owner: dict[str, int] = {}
     answers: dict[int, dict[str, str]] = {}
     """Position of an assistant message -> its call ids -> their results."""
+    legacy: dict[str, str] = {}
+    """A function's name -> the id given to its latest legacy ``function_call``."""
     for index, item in enumerate(wire):
-        if item.role == "tool":
-            answer = _tool_answer(item, index)
+        if item.role == "tool" or item.role == "function":
+            answer = (
+                _tool_answer(item, index)
+                if item.role == "tool"
+                else _function_answer(item, index, legacy)
+            )
             trailing.append(answer)
             position = call_owner.get(answer.call_id)
             if position is None:
@@ -446,9 +517,15 @@ def to_messages(
             for call in item.tool_calls or ():
                 parts.append(ToolCallPart(call.id, call.function.name, call.function.arguments))
                 call_owner[call.id] = len(messages)
-        elif item.tool_calls:
+            if item.function_call is not None:
+                legacy_call = item.function_call
+                call_id = legacy[legacy_call.name] = f"call_legacy_{index}"
+                parts.append(ToolCallPart(call_id, legacy_call.name, legacy_call.arguments))
+                call_owner[call_id] = len(messages)
+        elif item.tool_calls or item.function_call:
+            field = "tool_calls" if item.tool_calls else "function_call"
             raise InvalidRequest(
-                "only assistant messages carry tool_calls", param=f"messages.{index}.tool_calls"
+                f"only assistant messages carry {field}", param=f"messages.{index}.{field}"
             )
         messages.append(Message(role, tuple(parts), item.name))
     for position, results in answers.items():
@@ -465,6 +542,18 @@ def _tool_answer(item: WireMessage, index: int) -> ToolAnswer:
     if not answer.call_id:
         raise InvalidRequest("tool messages need tool_call_id", param=answer.param)
     return answer
+
+
+def _function_answer(item: WireMessage, index: int, calls: dict[str, str]) -> ToolAnswer:
+    """A legacy ``function`` message: the result of the latest ``function_call`` of
+    its ``name`` before it."""
+    call_id = calls.get(item.name or "")
+    if call_id is None:
+        raise InvalidRequest(
+            f"function message {item.name!r} answers no earlier function_call of that name",
+            param=f"messages.{index}.name",
+        )
+    return ToolAnswer(call_id, _text_of(item.content), param=f"messages.{index}.name")
 
 
 def _answered(message: Message, results: dict[str, str]) -> Message:
@@ -553,6 +642,7 @@ def _tool_specs(
                     function.name,
                     function.description or "",
                     function.parameters or {"type": "object", "properties": {}},
+                    strict=function.strict,
                 )
             )
     return tuple(specs), tuple(server)

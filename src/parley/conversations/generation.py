@@ -1,7 +1,10 @@
 """A running generation: one task that saves the turn, runs the agent loop, feeds a sink.
 
 The task outlives the HTTP request that started it: when the client goes away the turn
-finishes and is saved (or, when configured, is cancelled and saved as interrupted).
+finishes and is saved, or is cancelled (its upstream request closed) and saved as
+interrupted with its text so far, as ``start`` was told (``server.on_disconnect``: by
+default, a reply in a conversation the client named finishes, a stateless one is
+cancelled; see ``Origin``).
 
 Persistence rules:
 - the turn's new messages are written while the upstream call starts, and nothing is
@@ -26,6 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -78,8 +82,29 @@ class TurnRecord:
     claimed) before the model is called, not while it is."""
 
 
+class Origin(Enum):
+    """Where a turn's conversation came from: whether a user will see it again, and so
+    whether the server spends on it unasked (titles, suggestions, finishing a reply
+    whose client left)."""
+
+    NAMED = "named"
+    """The client named the conversation (``conversation_id``): a continued one, Parley's
+    conversation routes (regenerate, edit, approvals), Chatchat's route with its own id,
+    a UI. A user comes back to it."""
+    STATELESS = "stateless"
+    """The client named none and sent the whole history (the OpenAI way; Open WebUI's
+    own title and tag prompts, tasks): Parley made the id and stores the turn (history,
+    usage, audit), but the client keeps its own history and comes back by no id."""
+
+
 class _ClientGone(Exception):
     pass
+
+
+CLIENT_LEFT = ParleyError(
+    "the client went away before the reply ended; it was cancelled", code="client_disconnected"
+)
+"""Saved as the error of a reply cancelled because its client left."""
 
 
 class Generation:
@@ -95,8 +120,11 @@ class Generation:
         shape: Callable[[], Awaitable[Outgoing]] | None = None,
         citations: Citations | None = None,
         citation_store: CitationStore | None = None,
+        origin: Origin = Origin.NAMED,
     ) -> None:
         self.conversation_id = request.conversation_id
+        self.origin = origin
+        """Whether the client named the conversation (``Origin``)."""
         self.message_id = request.message_id
         self.key_id = request.caller.key_id if request.caller is not None else None
         """The API key the reply is for: its revocation ends the reply."""
@@ -122,6 +150,9 @@ class Generation:
         self.titles = True
         """Whether a title may be written after it (the assistant's choice)."""
         self.suggestions = True
+        self.ignored_params: tuple[str, ...] = ()
+        """Advisory request fields its model's provider has no use for (the response
+        names them)."""
         self._store = store
         self._agent = agent
         self._request = request
@@ -131,6 +162,8 @@ class Generation:
         self._checkpoint_seconds = checkpoint_seconds
         self._sink: Sink | None = None
         self._cancel_when_gone = False
+        self._left = False
+        """Cancelled because its client left (``detach``)."""
         self._checkpoint: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._final: asyncio.Future[None] | None = None
@@ -143,7 +176,16 @@ class Generation:
         """The final state is decided and being written: too late to abort."""
         self._when_done: list[Callable[[Generation], None]] = []
 
+    @property
+    def returned_to(self) -> bool:
+        """Whether a user will come back to this reply: it is saved, in a conversation
+        the client named. Only such a reply gets a title and suggestions, and finishes
+        by default when its client leaves."""
+        return self.origin is Origin.NAMED and self.stored
+
     def start(self, sink: Sink, *, cancel_when_gone: bool) -> None:
+        """Run, feeding ``sink``. ``cancel_when_gone``: the client leaving (``detach``,
+        or the sink failing) cancels the reply, else it finishes without a client."""
         self._sink = sink
         self._cancel_when_gone = cancel_when_gone
         self._task = asyncio.create_task(self._run(), name=f"generation {self.message_id}")
@@ -169,10 +211,15 @@ class Generation:
         assert self._task is not None
         self._task.add_done_callback(lambda _: callback(self))
 
-    def detach(self, *, cancel: bool) -> None:
-        """The client went away: stop feeding the sink, and cancel if asked to."""
+    def detach(self, *, cancel: bool = False) -> None:
+        """The client went away: stop feeding the sink, and cancel the reply when
+        ``start`` was told to (``cancel_when_gone``) or ``cancel`` says so. Cancelling
+        closes the upstream request; the text so far is saved as interrupted. A reply
+        whose final state is being written is left to finish (too late to cancel)."""
         self._sink = None
-        if cancel and self._task is not None and not self._task.done():
+        cancel = cancel or self._cancel_when_gone
+        if cancel and not self._closing and self._task is not None and not self._task.done():
+            self._left = True
             self._task.cancel()
 
     def abort(self, error: ParleyError) -> None:
@@ -271,9 +318,9 @@ class Generation:
             error = exc
         except (asyncio.CancelledError, _ClientGone) as exc:
             self._closing = True
-            self._final = asyncio.ensure_future(
-                self._finish_after(saved, "interrupted", self._abort_error)
-            )
+            left = self._left or isinstance(exc, _ClientGone)
+            reason = self._abort_error or (CLIENT_LEFT if left else None)
+            self._final = asyncio.ensure_future(self._finish_after(saved, "interrupted", reason))
             await _unless_failed(self._final)
             if self._abort_error is not None:
                 with contextlib.suppress(Exception):

@@ -12,7 +12,8 @@ never stops the reply in progress. Then, for a stored conversation, under its se
 (one reply at a time), the generation is prepared: model, sampling and tools from the
 request and its assistant, approval policies, the records to write, and how the
 outgoing request is shaped (``outgoing.py``, when the generation runs). After a
-successful turn, a title and suggestions are written in the background (``titles.py``).
+successful turn in a conversation the client named, a title and suggestions are written
+in the background (``titles.py``); a stateless request gets neither (``_after_turn``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from parley.conversations.assistants import (
 )
 from parley.conversations.citations import Citations
 from parley.conversations.finishing import Finisher
-from parley.conversations.generation import Generation, Sink, TurnRecord
+from parley.conversations.generation import Generation, Origin, Sink, TurnRecord
 from parley.conversations.history import History
 from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.reach import Reaches
@@ -57,6 +58,7 @@ from parley.messages import (
     ToolCallPart,
 )
 from parley.patterns import Budget
+from parley.providers.options import check_options, refuse_unsupported, sent_options
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
@@ -233,7 +235,9 @@ class ConversationService:
         """The request's own errors, found before anything changes (the conversation is
         only read, for its assistant). Returns the turn's assistant."""
         assistant = await self._assistant(turn)
-        self._registry.resolve(turn.model or (assistant.model if assistant else None))
+        model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
+        sent = _sent_options(turn)
+        refuse_unsupported(check_options(model.provider, sent), model.public_name, model.provider)
         await self._turn_tools.check(turn, assistant)
         if turn.approvals:
             return assistant
@@ -371,10 +375,8 @@ class ConversationService:
             messages=(),
             tools=turn.tools,
             tool_choice=turn.tool_choice,
-            max_tokens=turn.max_tokens
-            or preset.max_tokens
-            or model.max_tokens
-            or chat.default_max_tokens,
+            max_tokens=turn.max_tokens or preset.max_tokens or model.max_tokens,
+            tokens_field=turn.tokens_field if turn.max_tokens else None,
             temperature=temperature,
             top_p=turn.top_p if turn.top_p is not None else preset.top_p,
             stop=turn.stop or tuple(preset.stop or ()),
@@ -416,10 +418,11 @@ class ConversationService:
             message_id=message_id,
             history=tuple(history),
             template=template,
-            models=self._registry.with_fallbacks(model),
+            models=self._models(model, turn),
             server_tools=server_tools,
             caller=turn.caller,
             source=turn.source,
+            client_retries=turn.client_retries,
             policies=tool_policies(
                 server_tools,
                 assistant,
@@ -440,10 +443,15 @@ class ConversationService:
             shape=shape,
             citations=citations,
             citation_store=self._citations,
+            # named: the client gave conversation_id (a continued conversation, Parley's
+            # conversation routes, Chatchat's own ids, created on first use or not);
+            # else Parley made the id for a stateless request
+            origin=Origin.STATELESS if turn.conversation_id is None else Origin.NAMED,
         )
         if record is not None:
             generation.finisher = Finisher(turn.owner, rules, self.images, budget)
         generation.rules, generation.rule_budget = rules, budget
+        generation.ignored_params = check_options(model.provider, _sent_options(turn)).ignored
         if assistant is not None:
             generation.titles = assistant.generate_titles
             generation.suggestions = assistant.generate_suggestions
@@ -499,6 +507,16 @@ class ConversationService:
             self._assistant_of.popitem(last=False)
         return name
 
+    def _models(self, model: ResolvedModel, turn: ChatTurn) -> list[ResolvedModel]:
+        """The turn's model and those of its fallbacks that honour what the client sent
+        (a fallback that would refuse a field is left out, not sent a changed request)."""
+        sent = _sent_options(turn)
+        models = self._registry.with_fallbacks(model)
+        kept = [m for m in models if m is model or not check_options(m.provider, sent).refused]
+        for skipped in (m for m in models if m not in kept):
+            log.info("fallback %s skipped: it cannot honour this request", skipped.public_name)
+        return kept
+
     def fast_models(self, model: ResolvedModel) -> list[ResolvedModel]:
         """The models for the server's own calls: ``chat.fast_model`` (with its
         fallbacks) when it resolves, else the conversation's model."""
@@ -513,8 +531,15 @@ class ConversationService:
         return self._registry.with_fallbacks(model)
 
     def _after_turn(self, generation: Generation) -> None:
-        """After a successful stored turn: a title and follow-up suggestions, in the
-        background (failures are logged, never shown)."""
+        """After a successful turn in a conversation the client named: a title and
+        follow-up suggestions, in the background (failures are logged, never shown), once
+        the reply is saved and its client has its last chunk.
+
+        Only for conversations a user will see again (``Generation.returned_to``): a
+        stateless request (no ``conversation_id``: the OpenAI way, and Open WebUI's own
+        title and follow-up prompts) keeps its first-line title and costs one upstream
+        call, not three. A conversation started stateless and then continued by its id
+        gets them on that turn (its title is still the provisional one)."""
         chat = self._settings.chat
         writer = self._titles
         conversation_id = generation.conversation_id
@@ -523,7 +548,7 @@ class ConversationService:
         if (
             writer is None
             or generation.status != "complete"
-            or not generation.stored
+            or not generation.returned_to
             or conversation_id is None
             or self.shutting_down
             or not (titles or suggestions)
@@ -556,14 +581,30 @@ class ConversationService:
         task.add_done_callback(self._background.discard)
 
     def start(self, generation: Generation, sink: Sink) -> None:
-        """Run a prepared generation, feeding ``sink``; it is tracked until it ends."""
-        generation.start(sink, cancel_when_gone=self._settings.server.on_disconnect == "cancel")
+        """Run a prepared generation, feeding ``sink``; it is tracked until it ends.
+
+        Its client leaving cancels it under ``server.on_disconnect``: ``cancel`` always,
+        ``continue`` never, ``auto`` (the default) unless a user will come back to the
+        reply (saved in a conversation the client named): a stateless client's Stop
+        stops the upstream spend."""
+        generation.start(sink, cancel_when_gone=self.cancels_when_gone(generation))
         self._running.add(generation)
         generation.on_finished(self._running.discard)
         generation.on_finished(self._after_turn)
         if self._shutdown_task is not None and self._shutdown_task.done():
             # prepared before the shutdown began, started after its grace ran out
             generation.abort(Overloaded("the server is shutting down", retry_after=5))
+
+    def cancels_when_gone(self, generation: Generation) -> bool:
+        """Whether ``generation`` is cancelled when its client leaves (``start``)."""
+        on_disconnect = self._settings.server.on_disconnect
+        if on_disconnect == "auto":
+            return not generation.returned_to
+        return on_disconnect == "cancel"
+
+
+def _sent_options(turn: ChatTurn) -> frozenset[str]:
+    return sent_options(turn.options, turn.tools)
 
 
 def _check_input(message: Message, index: int) -> None:

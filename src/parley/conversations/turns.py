@@ -13,6 +13,7 @@ from typing import Any
 from parley.conversations.approvals import Decision
 from parley.identity import Caller
 from parley.messages import Message, ToolSpec
+from parley.providers.protocol import TokensField
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,8 @@ class ChatTurn:
     loop runs them."""
     tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = None
+    tokens_field: TokensField | None = None
+    """Which field the client set ``max_tokens`` by (sent upstream under that name)."""
     temperature: float | None = None
     top_p: float | None = None
     stop: tuple[str, ...] = ()
@@ -72,6 +75,10 @@ class ChatTurn:
     """Who asked (None: ``owner`` with no key); the interceptors see it."""
     source: str = "api"
     """Which door the request came through (``chat.completions``, ``chatchat``, ...)."""
+    client_retries: bool = False
+    """The client retries a failed request by itself and Parley leaves that to it
+    (``agent.client_retries: defer``): a model that fails before anything reached the
+    client is not tried again (the alias's fallbacks are)."""
     anchor: Anchor | None = None
     """Where a regenerate or an edit answers (None: after the current branch)."""
     approvals: tuple[Decision, ...] = ()

@@ -4,7 +4,7 @@ A job first takes a slot (``slots.py``: a bound in all, a smaller one per owner)
 an idle reader, or a new one when none is idle. The reader runs the job under its
 deadline; the frames it answers are the job's result. The reader is killed (SIGKILL to
 its process group) when the deadline passes or the job is cancelled (its request was
-cancelled, its client left under ``server.on_disconnect: cancel``, the server stops):
+cancelled, its client left and ``server.on_disconnect`` cancels it, the server stops):
 what it was doing cannot cost anything more. When a reader dies (a crash in native
 code, the memory limit, a kill from outside) only its job fails, with
 ``ReaderCrashed``; the next job gets a new reader.

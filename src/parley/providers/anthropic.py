@@ -38,8 +38,15 @@ DEFAULT_MAX_TOKENS = 4096
 
 _PASSTHROUGH_OPTIONS = ("top_k", "thinking")
 
-THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384, "max": 32000}
-"""OpenAI's ``reasoning_effort`` -> an extended-thinking budget (unknown levels: none)."""
+THINKING_BUDGETS = {
+    "minimal": 1024,
+    "low": 1024,
+    "medium": 4096,
+    "high": 16384,
+    "xhigh": 32000,
+    "max": 32000,
+}
+"""OpenAI's ``reasoning_effort`` -> an extended-thinking budget (``none``: no thinking)."""
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
@@ -66,6 +73,11 @@ _ERROR_STATUSES: dict[str, int] = {
 
 class AnthropicProvider:
     supports_tools = True
+    options = frozenset({"user", "reasoning_effort", "parallel_tool_calls"})
+    """What the Messages API has an equivalent for: ``user`` -> ``metadata.user_id``,
+    ``reasoning_effort`` -> an extended-thinking budget, ``parallel_tool_calls: false``
+    -> ``tool_choice.disable_parallel_tool_use`` (besides the sampling, stops, caps and
+    tools every provider takes)."""
 
     def __init__(self, config: ProviderSettings, client: httpx.AsyncClient) -> None:
         self.name = config.name
@@ -221,6 +233,10 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
             for t in request.tools
         ]
         choice = _tool_choice(request.tool_choice)
+        if request.options.get("parallel_tool_calls") is False:
+            choice = choice or {"type": "auto"}
+            if choice["type"] != "none":
+                choice["disable_parallel_tool_use"] = True
         if choice is not None:
             body["tool_choice"] = choice
     for key in _PASSTHROUGH_OPTIONS:

@@ -18,13 +18,22 @@ from parley.errors import ProviderError
 from parley.events import (
     Done,
     Event,
+    Logprobs,
     ReasoningDelta,
     StopReason,
     TextDelta,
     ToolCallDelta,
     UsageEvent,
 )
-from parley.messages import STEP_SEPARATOR, ImagePart, Message, TextPart, ToolCallPart, Usage
+from parley.messages import (
+    STEP_SEPARATOR,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolSpec,
+    Usage,
+)
 from parley.providers.http import (
     error_from_response,
     fetch_models,
@@ -32,7 +41,7 @@ from parley.providers.http import (
     stream_events,
     transport_error,
 )
-from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
+from parley.providers.protocol import REQUEST_OPTIONS, ModelRequest, TokensField
 from parley.providers.sse import iter_sse
 from parley.settings import ProviderSettings
 
@@ -47,6 +56,8 @@ _STOP_REASONS: dict[str, StopReason] = {
 
 class OpenAIChatProvider:
     supports_tools = True
+    options = REQUEST_OPTIONS | {"strict"}
+    """Everything Chat Completions has is sent as the client gave it."""
 
     def __init__(self, config: ProviderSettings, client: httpx.AsyncClient) -> None:
         self.name = config.name
@@ -59,7 +70,7 @@ class OpenAIChatProvider:
         headers.update(config.headers)
         self._headers = headers
         self._timeout = provider_timeout(config)
-        self._tokens_field = config.max_tokens_field or (
+        self._tokens_field: TokensField = config.max_tokens_field or (
             "max_completion_tokens" if "api.openai.com" in self._url else "max_tokens"
         )
 
@@ -121,6 +132,9 @@ class OpenAIChatProvider:
                 name=function.get("name"),
                 arguments=function.get("arguments") or "",
             )
+        logprobs = logprobs_of(choice)
+        if logprobs is not None:
+            yield logprobs
         if reply.get("usage"):
             yield UsageEvent(usage_from_openai(reply["usage"]))
         yield Done(_STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"))
@@ -174,6 +188,9 @@ class OpenAIChatProvider:
                         name=function.get("name"),
                         arguments=function.get("arguments") or "",
                     )
+                logprobs = logprobs_of(choice)
+                if logprobs is not None:
+                    yield logprobs
                 finish = choice.get("finish_reason")
                 if finish:
                     stop = _STOP_REASONS.get(finish, "end_turn")
@@ -204,7 +221,9 @@ class OpenAIChatProvider:
         return None
 
 
-def request_body(request: ModelRequest, tokens_field: str = "max_tokens") -> dict[str, Any]:
+def request_body(request: ModelRequest, tokens_field: TokensField = "max_tokens") -> dict[str, Any]:
+    """The Chat Completions body; ``tokens_field`` names a ``max_tokens`` the client
+    did not name (an assistant's or the model's configured cap)."""
     body: dict[str, Any] = {
         "model": request.model,
         "messages": to_openai_messages(request.messages),
@@ -212,7 +231,7 @@ def request_body(request: ModelRequest, tokens_field: str = "max_tokens") -> dic
         "stream_options": {"include_usage": True},
     }
     if request.max_tokens is not None:
-        body[tokens_field] = request.max_tokens
+        body[request.tokens_field or tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.top_p is not None:
@@ -220,25 +239,26 @@ def request_body(request: ModelRequest, tokens_field: str = "max_tokens") -> dic
     if request.stop:
         body["stop"] = list(request.stop)
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in request.tools
-        ]
+        body["tools"] = [_tool(t) for t in request.tools]
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
-    body.update({k: v for k, v in request.options.items() if k in SAMPLING_OPTIONS})
+    body.update({k: v for k, v in request.options.items() if k in REQUEST_OPTIONS})
     if "reasoning_effort" in body:
         effort = REASONING_EFFORTS.get(str(body.pop("reasoning_effort")).lower())
         if effort is not None:
             body["reasoning_effort"] = effort
     return body
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+    }
+    if spec.strict is not None:
+        function["strict"] = spec.strict
+    return {"type": "function", "function": function}
 
 
 REASONING_EFFORTS = {
@@ -247,9 +267,11 @@ REASONING_EFFORTS = {
     "low": "low",
     "medium": "medium",
     "high": "high",
-    "max": "high",  # the highest the Chat Completions API knows
+    "xhigh": "xhigh",
+    "max": "high",  # an assistant preset's "max": the highest every reasoning model takes
 }
-"""Reasoning effort levels -> what OpenAI's API accepts; any other level is not sent."""
+"""Reasoning effort levels -> what OpenAI's API accepts (a client's level is one of
+these, checked where the request is read; an assistant's other level is not sent)."""
 
 
 def to_openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -317,6 +339,17 @@ def _plain_message(message: Message) -> dict[str, Any]:
             content.append({"type": "image_url", "image_url": image})
     entry["content"] = content
     return entry
+
+
+def logprobs_of(choice: dict[str, Any]) -> Logprobs | None:
+    """A choice's ``logprobs`` (its token entries passed on as they are), if any."""
+    raw = choice.get("logprobs")
+    if not isinstance(raw, dict):
+        return None
+    content, refusal = raw.get("content"), raw.get("refusal")
+    entries = tuple(e for e in content if isinstance(e, dict)) if isinstance(content, list) else ()
+    refused = tuple(e for e in refusal if isinstance(e, dict)) if isinstance(refusal, list) else ()
+    return Logprobs(entries, refused) if entries or refused else None
 
 
 def usage_from_openai(raw: dict[str, Any]) -> Usage:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from parley.events import Event
 from parley.messages import Message, ToolSpec
@@ -27,10 +27,34 @@ SAMPLING_OPTIONS = frozenset(
         "reasoning_effort",
         "logprobs",
         "top_logprobs",
+        "verbosity",
     }
 )
-"""Request fields (OpenAI's names) that travel in ``ModelRequest.options``; each adapter
-sends those its wire format knows."""
+"""The options an assistant preset may set (OpenAI's names)."""
+
+ADVISORY_OPTIONS = frozenset(
+    {
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "metadata",
+        "store",
+        "service_tier",
+        "modalities",
+    }
+)
+"""Request fields that say who asks or how the upstream should keep and bill the call,
+never what the reply is (``modalities`` reaches a provider only as ``["text"]``, the
+default: audio is refused where the request is read): a provider that has no use for
+one ignores it, and the response names it (``x-parley-ignored-params``)."""
+
+REQUEST_OPTIONS = SAMPLING_OPTIONS | ADVISORY_OPTIONS | {"prediction", "web_search_options"}
+"""Every Chat Completions request field that travels in ``ModelRequest.options``; each
+adapter sends those its wire format has (``Provider.options``). ``strict`` is not one
+(it rides on each ``ToolSpec``) but is named in ``Provider.options`` when honoured."""
+
+TokensField = Literal["max_tokens", "max_completion_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +65,11 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = None
+    """The reply's token cap; None: none sent (the upstream's default), where the wire
+    format has one (Anthropic requires it: its adapter sends a default)."""
+    tokens_field: TokensField | None = None
+    """The name the client gave ``max_tokens`` under, sent unchanged to an upstream
+    that speaks Chat Completions (None: the provider's configured field)."""
     temperature: float | None = None
     top_p: float | None = None
     stop: tuple[str, ...] = ()
@@ -57,6 +86,9 @@ class Provider(Protocol):
 
     name: str
     supports_tools: bool
+    options: frozenset[str]
+    """The ``REQUEST_OPTIONS`` (and ``strict``) it honours. A request that sends any
+    other but the ``ADVISORY_OPTIONS`` is refused for it, naming the field."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
         """Stream the reply. Raises ``ProviderError`` on failure."""

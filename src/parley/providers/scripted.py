@@ -12,16 +12,24 @@ from collections.abc import AsyncIterator, Sequence
 
 from parley.events import Done, Event, TextDelta, UsageEvent
 from parley.messages import Usage
-from parley.providers.protocol import ModelRequest
+from parley.providers.protocol import REQUEST_OPTIONS, ModelRequest
 
 Step = Event | BaseException | float
 """An event to yield, an exception to raise, or seconds to sleep."""
 
 
 class ScriptedProvider:
-    def __init__(self, name: str = "scripted", *, supports_tools: bool = True) -> None:
+    def __init__(
+        self,
+        name: str = "scripted",
+        *,
+        supports_tools: bool = True,
+        options: frozenset[str] = REQUEST_OPTIONS | {"strict"},
+    ) -> None:
         self.name = name
         self.supports_tools = supports_tools
+        self.options = options
+        """What it honours: by default everything (the requests are recorded)."""
         self.requests: list[ModelRequest] = []
         self._replies: deque[Sequence[Step]] = deque()
 

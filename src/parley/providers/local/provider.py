@@ -52,6 +52,7 @@ UNAVAILABLE = "local_model_unavailable"
 CRASHED = "local_model_crashed"
 FAILED = "local_generation_failed"
 _PASSED_OPTIONS = ("seed", "presence_penalty", "frequency_penalty")
+"""The request options llama.cpp takes as they are (besides sampling, stops and caps)."""
 
 
 def bundled_model_path() -> Path | None:
@@ -117,6 +118,7 @@ class LocalProvider:
     """SmolLM2-135M-Instruct (or any GGUF at ``model_path``) in a worker, one call at a time."""
 
     supports_tools = False
+    options = frozenset(_PASSED_OPTIONS)
 
     def __init__(self, config: ProviderSettings) -> None:
         self.name = config.name
