@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from pydantic import BaseModel, ConfigDict
 
 REF = "#/components/schemas/{model}"
 """Where a schema embedded by hand refers to its parts."""
