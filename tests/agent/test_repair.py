@@ -9,7 +9,6 @@ validators of OpenAI's and Anthropic's ordering rules.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -60,6 +59,7 @@ from parley.providers.anthropic import to_anthropic_messages
 from parley.providers.openai_chat import to_openai_messages
 from parley.settings import RepairSettings
 from tests.agent.validators import WireError, validate_anthropic, validate_openai
+from tests.support.growth import growth
 
 DEFAULTS = RepairSettings()
 
@@ -396,23 +396,29 @@ def test_repair_is_linear_in_calls_however_their_ids_and_names_repeat() -> None:
     """A request's history is the client's to write: 8 messages of 1,024 calls sharing
     one id (made unique by trying _2, _3 ... from the start for each call: 6.5 s on the
     event loop, quadratic), or with names no provider takes, or with long unsafe ids,
-    all repair in well under a second."""
+    all repair in time linear in the calls: four times the calls cost about four times
+    as much, not sixteen."""
     results = ToolResult("r")
-    histories = [
-        [ToolCallPart("x", "f", "{}", results) for _ in range(1024)],
-        [ToolCallPart(f"c{i}", "!", "{}", results) for i in range(1024)],
-        [ToolCallPart("é" * 50 + str(i % 7), "f", "{}") for i in range(1024)],
+    kinds: list[Callable[[int], list[ToolCallPart]]] = [
+        lambda n: [ToolCallPart("x", "f", "{}", results) for _ in range(n)],
+        lambda n: [ToolCallPart(f"c{i}", "!", "{}", results) for i in range(n)],
+        lambda n: [ToolCallPart("é" * 50 + str(i % 7), "f", "{}") for i in range(n)],
     ]
-    for calls in histories:
-        history = [user("q"), *(Message("assistant", tuple(calls)) for _ in range(8)), user("r")]
-        started = time.perf_counter()
-        repaired = repair_messages(
-            history, context_tokens=None, settings=RepairSettings(), rules=OPENAI_RULES
+
+    def history(calls: list[ToolCallPart]) -> list[Message]:
+        return [user("q"), *(Message("assistant", tuple(calls)) for _ in range(8)), user("r")]
+
+    def repair(messages: list[Message]) -> list[Message]:
+        return repair_messages(
+            messages, context_tokens=None, settings=RepairSettings(), rules=OPENAI_RULES
         )
-        took = time.perf_counter() - started
-        assert took < 1.0, f"{calls[0]}: {took:.1f} s"
+
+    for calls in kinds:
+        repaired = repair(history(calls(1024)))
         ids = [c.id for m in repaired for c in m.tool_calls]
         assert len(ids) == len(set(ids))
+        grew = growth(lambda n, calls=calls: history(calls(n)), repair, 256)
+        assert grew < 8, f"{calls(1)[0]}: 4x the calls took {grew:.1f}x as long"
 
 
 def test_long_ids_are_shortened_per_provider() -> None:

@@ -209,9 +209,8 @@ class Rig:
                 }
             ],
             "server": {"log_level": "warning"},
-            # a proxy benchmark: no title or suggestion calls of the server's own after
-            # each turn (LiteLLM makes none either)
-            "chat": {"generate_titles": False, "generate_suggestions": False},
+            # the defaults: the bench's requests are stateless, which get no title or
+            # suggestion calls of the server's own (LiteLLM makes none either)
             **(extra or {}),
         }
         (data / "parley.yaml").write_text(yaml.safe_dump(config))
