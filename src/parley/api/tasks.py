@@ -16,10 +16,11 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.responses import Response
 
-from parley.api.chat import STREAM, completion_body, finished, read_body, stream_response
+from parley.api.chat import STREAM, read_body
 from parley.api.completion_shapes import Task
 from parley.api.errors import validation_error
 from parley.api.openapi import answers, json_body
+from parley.api.replies import completion_body, finished, stream_response
 from parley.api.state import AppState
 from parley.conversations.turns import ChatTurn
 from parley.errors import InvalidRequest
