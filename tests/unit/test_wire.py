@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from tests.support.growth import growth
 
-from parley.api.wire import ChatCompletionRequest, to_messages, to_turn
+from parley.api.wire import to_messages, to_turn
+from parley.api.wire_models import ChatCompletionRequest
 from parley.errors import InvalidRequest
 from parley.identity import Caller
 from parley.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResult

@@ -21,7 +21,7 @@ from parley.api.chat import CHAT_ERRORS, STREAM, answer, read_json_object
 from parley.api.completion_shapes import ChatCompletion
 from parley.api.openapi import answers, json_body
 from parley.api.state import AppState
-from parley.api.wire import ApprovalDecision, options_model
+from parley.api.wire_models import ApprovalDecision, options_model
 from parley.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])

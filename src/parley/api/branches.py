@@ -22,7 +22,7 @@ from parley.api.conversations import conversation_body, json_response, not_found
 from parley.api.openapi import answers, json_body
 from parley.api.shapes import ConversationDetail
 from parley.api.state import AppState
-from parley.api.wire import Content, options_model
+from parley.api.wire_models import Content, options_model
 from parley.conversations.turns import Anchor
 from parley.errors import InvalidRequest, NotFound, ParleyError
 

@@ -25,7 +25,8 @@ from parley.api.json_depth import check_depth
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.replies import collect, stream_response
 from parley.api.state import AppState
-from parley.api.wire import ChatCompletionRequest, check_counts, to_turn
+from parley.api.wire import check_counts, to_turn
+from parley.api.wire_models import ChatCompletionRequest
 from parley.conversations.generation import Generation
 from parley.errors import (
     InvalidRequest,

@@ -62,6 +62,7 @@ from parley.events import (
     UsageEvent,
 )
 from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
+from parley.providers.openai_chat import tool_call
 from parley.transforms.output import DisplayRewriter, apply_rules
 
 log = logging.getLogger(__name__)
@@ -411,14 +412,7 @@ def completion_body(
     if calls and legacy:
         message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
     elif calls:
-        message["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
-            }
-            for c in calls
-        ]
+        message["tool_calls"] = [tool_call(c) for c in calls]
     logprobs = reply.logprobs
     return {
         "id": f"chatcmpl-{generation.message_id}",

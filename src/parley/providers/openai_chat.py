@@ -299,6 +299,15 @@ def to_openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def tool_call(call: ToolCallPart) -> dict[str, Any]:
+    """A call as Chat Completions writes it in an assistant message."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
 def _flush_step(out: list[dict[str, Any]], text: list[str], calls: list[ToolCallPart]) -> None:
     if not text and not calls:
         return
@@ -306,14 +315,7 @@ def _flush_step(out: list[dict[str, Any]], text: list[str], calls: list[ToolCall
     content = STEP_SEPARATOR.join(t for t in text if t) if text else None
     entry: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
-        entry["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
-            }
-            for c in calls
-        ]
+        entry["tool_calls"] = [tool_call(c) for c in calls]
     out.append(entry)
     for call in calls:
         if call.result is not None:
