@@ -33,10 +33,11 @@ from parley.api import (
     conversations,
     errors,
     files,
-    home,
+    keys,
     memories,
     models,
     openapi,
+    session,
     tasks,
     usage,
 )
@@ -44,6 +45,7 @@ from parley.api import knowledge as knowledge_api
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator, RevocationWatcher, authenticated
+from parley.api.cookies import SessionCache
 from parley.api.idempotency import Idempotency
 from parley.api.json_depth import shallow_body
 from parley.api.knowledge import MULTIPART_SLACK
@@ -51,6 +53,7 @@ from parley.api.mcp import check_admissible
 from parley.api.openapi import answers
 from parley.api.shapes import Health
 from parley.api.state import AppState
+from parley.api.webui import WebUI
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
 from parley.conversations.service import ConversationService
@@ -76,6 +79,7 @@ from parley.store.idempotency import IdempotencyStore
 from parley.store.mcp_servers import McpServerStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
+from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
 from parley.tools.builtins import build_registry as build_tools
 
@@ -176,10 +180,12 @@ def create_app(settings: Settings) -> FastAPI:
             citations=citations,
             mcp=mcp,
         )
+        sessions = SessionStore(database)
         auth = Authenticator(
             keys,
             settings.data_dir,
             allow_loopback_without_keys=settings.auth.allow_loopback_without_keys,
+            sessions=SessionCache(sessions),
         )
         revocations = RevocationWatcher(
             keys, auth, service.end_for_keys, settings.auth.revocation_check_seconds
@@ -204,6 +210,7 @@ def create_app(settings: Settings) -> FastAPI:
             citations=citations,
             mcp=mcp,
             idempotency=idempotency,
+            sessions=sessions,
         )
         if not await keys.active():
             log.warning(
@@ -267,7 +274,8 @@ def create_app(settings: Settings) -> FastAPI:
         body_timeout_seconds=settings.server.body_timeout_seconds,
         ledger=ledger,
     )
-    app.include_router(home.router)
+    app.include_router(WebUI(settings.web).router())  # /, /connect, the UI's pages, /assets
+    app.include_router(session.router)  # needs no key: it is how a browser gives one
     # chat and tasks authenticate before they read their bodies themselves
     app.include_router(chat.router)
     app.include_router(tasks.router)
@@ -288,6 +296,7 @@ def create_app(settings: Settings) -> FastAPI:
         chatchat_kb.router,
         memories.router,
         mcp_api.router,
+        keys.router,
     ):
         app.include_router(router, dependencies=[Depends(authenticated), Depends(shallow_body)])
     if mcp_endpoint is not None:

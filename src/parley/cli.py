@@ -300,10 +300,9 @@ def keys_create(
     config: ConfigOption = None,
 ) -> None:
     """Create a key and print it once. From now on every request needs a key."""
-    from parley.api.auth import new_key
+    from parley.api.auth import issue_key
 
-    key, key_hash, prefix = new_key()
-    _with_keys(config, lambda keys: keys.create(owner, name, key_hash, prefix, admin=admin))
+    key, _ = _with_keys(config, lambda keys: issue_key(keys, owner, name, admin=admin))
     console.print(key, soft_wrap=True, highlight=False)
     role = ", admin" if admin else ""
     console.print(

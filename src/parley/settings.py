@@ -378,6 +378,27 @@ class AuthSettings(_Section):
     )
 
 
+class WebSettings(_Section):
+    """The browser UI: its bundle, and the sessions a signed-in browser holds."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Serve the web UI at / (when its bundle is installed); off: / is the "
+        "page saying how to connect a client, as it is without the bundle.",
+    )
+    static_dir: Path | None = Field(
+        default=None,
+        description="The built bundle (index.html and assets/). Default: the one in the "
+        "installed package (parley/web/static).",
+    )
+    session_ttl_seconds: float = Field(
+        default=30 * 86_400.0,
+        gt=0,
+        description="How long a browser stays signed in (POST /v1/session) before the key "
+        "must be given again; revoking the key or signing out ends it sooner.",
+    )
+
+
 class DatabaseSettings(_Section):
     url: str | None = Field(
         default=None, description="SQLAlchemy URL. Default: SQLite in data_dir."
@@ -414,6 +435,7 @@ class Settings(BaseSettings):
     chat: ChatSettings = Field(default_factory=ChatSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     providers: list[ProviderSettings] = Field(default_factory=list)
     models: dict[str, ModelAlias] = Field(default_factory=dict)

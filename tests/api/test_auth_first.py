@@ -18,7 +18,15 @@ from tests.conftest import server_config
 from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
-PUBLIC = {"/", "/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"}
+PUBLIC = {
+    "/",
+    "/health",
+    "/docs",
+    "/redoc",
+    "/openapi.json",
+    "/docs/oauth2-redirect",
+    "/v1/session",  # how a browser gives its key: tests/api/test_browser_sessions.py
+}
 BAD_BODY = {"name": ["not", "a", "name"], "regex_rules": [{"pattern": "(a|aa)+$("}], "x": {}}
 
 

@@ -1,5 +1,6 @@
-"""What a person meets opening the server in a browser: ``/``, ``/docs`` and ``/redoc``,
-all of it served by Parley itself (nothing from a CDN, so it works offline)."""
+"""What a person meets opening the server in a browser: ``/connect`` (also ``/`` without
+the web UI's bundle: ``tests/api/test_webui.py``), ``/docs`` and ``/redoc``, all of it
+served by Parley itself (nothing from a CDN, so it works offline)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from parley.app import create_app
 from parley.settings import Settings
 
 
-def test_the_root_page_says_what_is_there(parley: ParleyServer) -> None:
-    response = httpx.get(f"{parley.url}/")
+def test_the_connect_page_says_what_is_there(parley: ParleyServer) -> None:
+    response = httpx.get(f"{parley.url}/connect")
 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "default-src 'none'" in response.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "no-referrer"
     page = response.text
     assert f'base_url="{parley.url}/v1"' in page
     assert f"parley chat --url {parley.url}" in page
@@ -29,8 +34,8 @@ def test_the_root_page_says_what_is_there(parley: ParleyServer) -> None:
     assert "<script" not in page
 
 
-def test_the_root_page_escapes_the_host_it_echoes(parley: ParleyServer) -> None:
-    response = httpx.get(f"{parley.url}/", headers={"host": 'x"><script>alert(1)</script>'})
+def test_the_connect_page_escapes_the_host_it_echoes(parley: ParleyServer) -> None:
+    response = httpx.get(f"{parley.url}/connect", headers={"host": 'x"><script>alert(1)</script>'})
 
     assert response.status_code == 200
     assert "<script>" not in response.text

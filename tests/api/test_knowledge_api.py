@@ -321,7 +321,7 @@ def test_search_across_bases(alice: httpx.Client) -> None:
     api_error(alice.post("/knowledge_bases/one/search", json={"query": "x", "mode": "fast"}), 400)
 
 
-def test_document_content_is_an_attachment(alice: httpx.Client) -> None:
+def test_document_content_is_an_attachment_unless_plain_text(alice: httpx.Client) -> None:
     _create(alice, "downloads")
     files = {"notes.txt": b"just text", "page.html": b"<script>alert(1)</script>"}
     documents = {d["filename"]: d for d in _queued(_upload(alice, "downloads", files))}
@@ -330,8 +330,9 @@ def test_document_content_is_an_attachment(alice: httpx.Client) -> None:
     assert text.status_code == 200
     assert text.content == b"just text"
     assert text.headers["content-type"].startswith("text/plain")
-    assert text.headers["content-disposition"] == 'attachment; filename="notes.txt"'
+    assert text.headers["content-disposition"] == "inline; filename*=UTF-8''notes.txt"
     assert text.headers["x-content-type-options"] == "nosniff"
+    assert text.headers["content-security-policy"].startswith("sandbox;")
 
     html = alice.get(f"/knowledge_bases/downloads/documents/{documents['page.html']['id']}/content")
     assert html.content == files["page.html"]

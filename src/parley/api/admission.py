@@ -34,7 +34,8 @@ tools search knowledge, memory and conversations) are *guarded*:
 Other requests that present a key (conversation reads, searches, uploads, memory,
 audit ...) may number ``max_other_in_flight_per_key`` per key (429 beyond; their
 bodies are not read ahead): a key cannot occupy the database's reader threads or the
-loop with them. ``/health`` and keyless use are not limited.
+loop with them. ``/health``, keyless use and the web UI's page and assets are not
+limited. A browser's session cookie counts as the key it was made with.
 
 Every refusal carries Retry-After and costs microseconds; admitted requests keep
 their latency.
@@ -49,6 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.api.auth import hash_key, presented_key
 from parley.api.errors import error_response
+from parley.api.webui import is_ui_path
 from parley.errors import Overloaded, ParleyError, PayloadTooLarge
 from parley.fairness import Ledger
 
@@ -261,16 +263,19 @@ def _release(counts: dict[str, int], who: str) -> None:
 
 
 async def _bucket(scope: Scope) -> str:
-    """Whose requests a request counts among: the presented key, hashed; "" without
-    one, and for keyless loopback use (whatever key the client sends: with no key in
-    existence, every caller is the machine's one user)."""
-    key = presented_key(HTTPConnection(scope))
-    if not key:
+    """Whose requests a request counts among: the presented key, hashed (a browser's
+    session cookie counts as its key); "" without one, for keyless loopback use
+    (whatever key the client sends: with no key in existence, every caller is the
+    machine's one user), and for the web UI's page and assets."""
+    if is_ui_path(scope["path"]):
         return ""
+    connection = HTTPConnection(scope)
     state = getattr(scope["app"].state, "parley", None) if "app" in scope else None
-    if state is not None and not await state.auth.keys_required():
-        return ""
-    return hash_key(key)
+    if state is None:
+        key = presented_key(connection)
+        return hash_key(key) if key else ""
+    bucket: str = await state.auth.bucket(connection)
+    return bucket
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

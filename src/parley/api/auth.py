@@ -9,9 +9,16 @@ Bearer <key>`` (or ``x-api-key``) naming an active key, and acts as its owner (a
 ``Caller``: owner, key id and name, and whether the key is an admin's). Keys in
 query strings are never read, so the decision is the same however a URL is spelled.
 
+A browser signed in with ``POST /v1/session`` sends the ``parley_session`` cookie
+instead (``api/cookies.py``): it counts wherever a key does and acts as the key it was
+made with, while that key is active and until the session expires; a key in a header
+wins over it. A request the cookie authenticates that changes something must come from
+a page of this server's own origin (403 ``csrf_origin_mismatch`` otherwise).
+
 Active keys are cached in memory. ``parley keys`` touches ``keys.changed`` in the data
 folder after every change, and the cache is reloaded when that file's time changes, so
-a created or revoked key counts from the next request on.
+a created or revoked key counts from the next request on (a session's key is checked
+in the same cache on every request: revoking it ends its sessions too).
 """
 
 from __future__ import annotations
@@ -24,15 +31,18 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection, Request
 
+from parley.api.cookies import SessionCache, check_same_origin, hash_token, session_token
 from parley.errors import AuthenticationFailed, PermissionDenied
 from parley.identity import LOCAL_CALLER, Caller
-from parley.store.repository import KeyStore
+from parley.store.repository import KeyStore, StoredKey
+from parley.store.sessions import StoredSession
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +58,14 @@ def new_key() -> tuple[str, str, str]:
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+async def issue_key(
+    keys: KeyStore, owner: str, name: str, *, admin: bool = False
+) -> tuple[str, StoredKey]:
+    """Make and store a new key: (the key itself, shown only now; its row)."""
+    key, key_hash, prefix = new_key()
+    return key, await keys.create(owner, name, key_hash, prefix, admin=admin)
 
 
 def mark_keys_changed(data_dir: Path) -> None:
@@ -76,14 +94,34 @@ def presented_key(connection: HTTPConnection) -> str:
     return connection.headers.get("x-api-key", "").strip()
 
 
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a request acts as, and the browser session that said so (None: a key in a
+    header, or keyless loopback use)."""
+
+    caller: Caller
+    session: StoredSession | None = None
+    keyless: bool = False
+
+
+MISSING_KEY = "missing API key: send Authorization: Bearer <key>"
+
+
 class Authenticator:
     def __init__(
-        self, keys: KeyStore, data_dir: Path, *, allow_loopback_without_keys: bool
+        self,
+        keys: KeyStore,
+        data_dir: Path,
+        *,
+        allow_loopback_without_keys: bool,
+        sessions: SessionCache | None = None,
     ) -> None:
         self._keys = keys
         self._marker = data_dir / MARKER
         self._allow_loopback = allow_loopback_without_keys
+        self._sessions = sessions
         self._active: dict[str, Caller] | None = None
+        self._by_id: dict[str, tuple[str, Caller]] = {}
         self._stamp: int | None = None
 
     async def _active_keys(self) -> dict[str, Caller]:
@@ -93,6 +131,7 @@ class Authenticator:
             stamp = None
         if self._active is None or stamp != self._stamp:
             self._active = await self._keys.active()
+            self._by_id = {c.key_id: (h, c) for h, c in self._active.items()}
             self._stamp = stamp
         return self._active
 
@@ -108,17 +147,72 @@ class Authenticator:
         return (await self.caller(connection)).owner
 
     async def caller(self, connection: HTTPConnection) -> Caller:
+        return (await self.identify(connection)).caller
+
+    async def identify(self, connection: HTTPConnection, *, cookie: bool = True) -> Identity:
+        """Who the request acts as, from its key, else its session cookie (unless
+        ``cookie`` is False), else the loopback rule while no key exists. Raises 401 or
+        403."""
         active = await self._active_keys()
+        if not active:
+            return Identity(self._keyless(connection), keyless=True)
         key = presented_key(connection)
-        if active:
-            caller = active.get(hash_key(key)) if key else None
-            if caller is None:
-                raise AuthenticationFailed(
-                    "invalid API key"
-                    if key
-                    else "missing API key: send Authorization: Bearer <key>"
-                )
-            return caller
+        if key:
+            return Identity(self._key_caller(active, key))
+        token = session_token(connection) if cookie else None
+        if token is None:
+            raise AuthenticationFailed(MISSING_KEY)
+        identity = await self._session(token)
+        check_same_origin(connection)
+        return identity
+
+    def _key_caller(self, active: dict[str, Caller], key: str) -> Caller:
+        caller = active.get(hash_key(key))
+        if caller is None:
+            raise AuthenticationFailed("invalid API key")
+        return caller
+
+    async def sign_in_caller(self, key: str) -> Caller:
+        """The caller an active ``key`` makes (401 otherwise), to start a session with."""
+        return self._key_caller(await self._active_keys(), key)
+
+    async def bucket(self, connection: HTTPConnection) -> str:
+        """Whose requests a request counts among for admission control: its key's hash
+        (the session's key for the cookie); "" for keyless use and without either."""
+        if not await self._active_keys():
+            return ""
+        key = presented_key(connection)
+        if key:
+            return hash_key(key)
+        found = await self._session_of(session_token(connection))
+        return "" if found is None else found[1]
+
+    async def _session(self, token: str) -> Identity:
+        found = await self._session_of(token)
+        if found is None:
+            raise AuthenticationFailed(
+                "your session has ended (signed out, expired, or its key was revoked): "
+                "sign in again",
+                code="invalid_session",
+            )
+        return Identity(found[2], found[0])
+
+    async def _session_of(self, token: str | None) -> tuple[StoredSession, str, Caller] | None:
+        """The live session of ``token``, with its key's hash and caller, while that key
+        is active (the keys are loaded already)."""
+        if token is None or self._sessions is None:
+            return None
+        session = await self._sessions.get(hash_token(token))
+        found = None if session is None else self._by_id.get(session.key_id)
+        if session is None or found is None:
+            return None
+        return session, found[0], found[1]
+
+    def forget_session(self, token_hash: str) -> None:
+        if self._sessions is not None:
+            self._sessions.forget(token_hash)
+
+    def _keyless(self, connection: HTTPConnection) -> Caller:
         client = connection.client.host if connection.client else None
         if not (self._allow_loopback and is_loopback(client)):
             raise AuthenticationFailed(

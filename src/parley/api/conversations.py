@@ -1,5 +1,10 @@
-"""``/v1/conversations``: list (newest first, paginated), read, rename, delete, cancel the
-reply in progress.
+"""``/v1/conversations``: list (newest first, paginated; ``q`` finds those whose title or
+message text holds it), read, rename, delete, cancel the reply in progress.
+
+A conversation's messages carry what a client needs to show them again after a reload:
+the parts (text, reasoning, images, files, tool calls with their results and approval
+state), citations, versions, and for a reply awaiting approval its ``pending_approvals``
+(each call's id, tool, arguments, and when approving it expires).
 
 Deleting a conversation removes its workspace folder (tool files) too.
 
@@ -8,6 +13,7 @@ Another owner's conversation answers 404, exactly like one that does not exist.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +32,7 @@ from parley.api.shapes import (
     Deleted,
 )
 from parley.api.state import AppState
+from parley.conversations.approvals import pending
 from parley.conversations.citations import Citation
 from parley.errors import NotFound
 from parley.messages import TextPart, parts_to_json, reply_text
@@ -63,8 +70,13 @@ def message_json(
     message: StoredMessage,
     versions: Versions | None = None,
     citations: Sequence[Citation] | None = None,
+    approval_ttl: float | None = None,
 ) -> dict[str, Any]:
+    """``approval_ttl``: how long a call may wait for approval (``pending_approvals`` of
+    a paused reply say when each expires)."""
     extra: dict[str, Any] = {}
+    if message.status == "awaiting_approval" and approval_ttl is not None:
+        extra["pending_approvals"] = pending_approvals(message, approval_ttl, time.time())
     if citations:
         extra["citations"] = [c.to_json() for c in citations]
     if versions is not None:
@@ -92,15 +104,45 @@ def message_json(
     }
 
 
+def pending_approvals(message: StoredMessage, ttl: float, now: float) -> list[dict[str, Any]]:
+    """The calls of a paused reply that wait for a decision, and when each expires (from
+    when it was asked; the reply's last change for a call that does not say)."""
+    waiting = []
+    for call in pending(message.parts):
+        expires_at = (call.asked_at or message.updated_at) + ttl
+        waiting.append(
+            {
+                "id": call.id,
+                "tool": call.name,
+                "arguments": call.arguments,
+                "expires_at": expires_at,
+                "expired": now > expires_at,
+            }
+        )
+    return waiting
+
+
 @router.get("", **answers(ConversationList))
 async def list_conversations(
     request: Request,
     limit: int = Query(default=20, ge=1, le=100),
     after: str | None = Query(default=None, max_length=64),
+    q: str | None = Query(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Only conversations whose title or message text contains this "
+        "(case-insensitive).",
+    ),
 ) -> dict[str, Any]:
     state: AppState = request.app.state.parley
     owner = await state.auth.owner(request)
-    rows = await state.conversations.list_conversations(owner, limit=limit + 1, after=after)
+    store = state.conversations
+    rows = (
+        await store.list_conversations(owner, limit=limit + 1, after=after)
+        if q is None
+        else await store.search_conversations(owner, q, limit=limit + 1, after=after)
+    )
     return page(rows, limit, conversation_json)
 
 
@@ -131,7 +173,10 @@ async def conversation_body(state: AppState, owner: str, conversation_id: str) -
     )
     return {
         **conversation_json(conversation),
-        "messages": [message_json(m, versions, cited.get(m.id)) for m, versions in branch],
+        "messages": [
+            message_json(m, versions, cited.get(m.id), state.settings.tools.approval_ttl_seconds)
+            for m, versions in branch
+        ],
         "suggestions": suggestions,
     }
 

@@ -1,12 +1,13 @@
 """``GET /v1/files/{id}``: the images of replies, saved as files when a reply was finished
 (``conversations/finishing.py``). Owner-scoped: another owner's id is a 404 like a missing
-one."""
+one. Sent as user-supplied content is (``api/downloads.py``): sandboxed, never sniffed."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import FileResponse
 
+from parley.api.downloads import download_headers
 from parley.api.openapi import answers
 from parley.api.state import AppState
 from parley.errors import NotFound
@@ -24,6 +25,5 @@ async def get_file(request: Request, file_id: str) -> FileResponse:
     if found is None:
         raise NotFound(f"file {file_id!r} not found", param="file_id", code="file_not_found")
     path, media_type = found
-    return FileResponse(
-        path, media_type=media_type, headers={"Cache-Control": "private, max-age=86400"}
-    )
+    headers = {"Cache-Control": "private, max-age=86400", **download_headers(path.name, media_type)}
+    return FileResponse(path, media_type=media_type, headers=headers)

@@ -1,23 +1,32 @@
-"""``GET /``: a small page saying what this server is and how to connect a client.
+"""``GET /connect`` (and ``/`` without the web UI's bundle): a small page saying what this
+server is and how to connect a client.
 
 It needs no key and shows nothing of anyone's data: the version, the API's address (as
 the browser reached it), the routes worth knowing, and snippets for the OpenAI SDK,
 curl and ``parley chat``. The page is self-contained (no script, no remote asset) and
-served with a Content-Security-Policy that allows nothing else.
+served with a Content-Security-Policy that allows nothing else; it may not be framed.
+The routes that serve it are the web UI's (``api/webui.py``).
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import HTMLResponse
 
 from parley import __version__
 
-router = APIRouter()
-
-CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 _PAGE = """<!doctype html>
 <html lang="en">
@@ -38,7 +47,7 @@ a {{ color: #0b57d0; }}
 <h1>Parley {version}</h1>
 <p>A self-hosted agentic chat server. It speaks the OpenAI API at
 <code>{api}</code>: point any OpenAI client there.</p>
-<ul>
+<ul>{web_ui}
 <li><a href="{root}/docs">API reference</a> (Swagger UI; <a href="{root}/redoc">ReDoc</a>,
 <a href="{root}/openapi.json">openapi.json</a>)</li>
 <li><a href="{root}/v1/models">/v1/models</a>: the models you can name</li>
@@ -65,8 +74,9 @@ the installation.</p>
 """
 
 
-@router.get("/", include_in_schema=False)
-async def home(request: Request) -> HTMLResponse:
+def connect_page(request: Request, *, web_ui: bool) -> HTMLResponse:
+    """The page, linking to the web UI when it is served (``web_ui``)."""
     root = escape(str(request.base_url).rstrip("/"), quote=True)
-    page = _PAGE.format(version=escape(__version__), root=root, api=f"{root}/v1")
-    return HTMLResponse(page, headers={"content-security-policy": CSP})
+    link = f'\n<li><a href="{root}/">The web UI</a>: chat in this browser</li>' if web_ui else ""
+    page = _PAGE.format(version=escape(__version__), root=root, api=f"{root}/v1", web_ui=link)
+    return HTMLResponse(page, headers=HEADERS)

@@ -1,9 +1,10 @@
 """``Idempotency-Key``: a request sent again with its key gets the first one's answer,
 never a second run (the IETF draft's header, as Stripe and others honour it).
 
-Every ``POST`` and ``PATCH`` that carries the header is covered (``/mcp`` aside: JSON-RPC
-has ids of its own). Keys belong to the API key that sent them (keyless loopback use has
-one scope), are 1 to 255 visible ASCII characters, and live ``ttl_seconds`` (24 h):
+Every ``POST`` and ``PATCH`` that carries the header is covered (but for ``NOT_COVERED``:
+``/mcp``, whose JSON-RPC has ids of its own, and the answers that hold a secret). Keys
+belong to the API key that sent them (keyless loopback use has one scope), are 1 to 255
+visible ASCII characters, and live ``ttl_seconds`` (24 h):
 
 - **First use**: the request runs and its response is recorded as it is sent.
 - **The same key and request while it runs** joins it: the response from its first
@@ -60,7 +61,9 @@ log = logging.getLogger(__name__)
 
 HEADER = "idempotency-key"
 METHODS = frozenset({"POST", "PATCH"})
-NOT_COVERED = frozenset({"/mcp", "/mcp/"})
+NOT_COVERED = frozenset({"/mcp", "/mcp/", "/v1/session", "/v1/keys"})
+"""``/mcp``: JSON-RPC has ids of its own. A session's or a new key's answer holds a secret
+that is stored nowhere in the clear (``api/session.py``, ``api/keys.py``)."""
 NOT_KEPT = frozenset({401, 403, 408, 409, 425, 429, 499})
 MAX_KEY_CHARS = 255
 PURGE_SECONDS = 600.0

@@ -14,8 +14,10 @@ base's documents of the same file name once the new one is queued (Langchain-Cha
 semantics). A document's ``status`` then moves queued -> indexing -> ready, failed or
 cancelled; clients poll it.
 
-A document's original bytes are served as an attachment, never inline, and as
-``application/octet-stream`` unless their type is plain text, Markdown, CSV or JSON.
+A document's original bytes are served as ``application/octet-stream`` unless their type
+is plain text, Markdown, CSV, JSON, PDF or a raster image (PNG, JPEG, GIF, WebP), and as
+user-supplied content is (``api/downloads.py``): sandboxed, never sniffed, inline only
+when a raster image, a PDF or plain text, else as an attachment.
 
 What does not belong here: storage (``store/knowledge.py``), ingestion and search
 (``knowledge/``), Langchain-Chatchat's own API shapes (``api/chatchat_kb.py``).
@@ -34,6 +36,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.responses import FileResponse, JSONResponse
 
+from parley.api.downloads import download_headers
 from parley.api.openapi import answers
 from parley.api.pages import page
 from parley.api.shapes import (
@@ -78,7 +81,19 @@ class LengthRequired(InvalidRequest):
     code = "length_required"
 
 
-SAFE_TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/csv", "application/json"})
+SAFE_TYPES = frozenset(
+    {
+        "text/plain",
+        "text/markdown",
+        "text/csv",
+        "application/json",
+        "application/pdf",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+    }
+)
 """Content types a download keeps; anything else is served as application/octet-stream."""
 
 
@@ -344,7 +359,7 @@ async def search_base(request: Request, kb: str, body: SearchRequest) -> dict[st
 
 _FILE = {
     media: {"schema": {} if media == "application/json" else {"type": "string", "format": "binary"}}
-    for media in (*sorted(SAFE_TEXT_TYPES), "application/octet-stream")
+    for media in (*sorted(SAFE_TYPES), "application/octet-stream")
 }
 _UPLOAD_BODY = {
     "required": True,
@@ -560,26 +575,23 @@ async def reindex_document(request: Request, kb: str, document_id: str) -> JSONR
 @router.get(
     "/{kb}/documents/{document_id}/content",
     response_class=FileResponse,
-    **answers(content=_FILE, description="The original bytes, as an attachment."),
+    **answers(
+        content=_FILE,
+        description="The original bytes: inline when an image, a PDF or plain text, else as "
+        "an attachment.",
+    ),
 )
 async def document_content(request: Request, kb: str, document_id: str) -> FileResponse:
-    """The original bytes, as an attachment."""
+    """The original bytes (sandboxed: inline only when an image, a PDF or plain text)."""
     service, owner = await _context(request)
     _, document = await _document(service, owner, kb, document_id)
     path = service.file(document)
     if not path.is_file():
         raise _document_not_found(document_id)
     media_type = (document.content_type or "").split(";", 1)[0].strip().lower()
-    if media_type not in SAFE_TEXT_TYPES:
+    if media_type not in SAFE_TYPES:
         media_type = "application/octet-stream"
+    headers = download_headers(document.filename, media_type)
     return FileResponse(
-        path,
-        media_type=media_type,
-        filename=document.filename,
-        content_disposition_type="attachment",
-        headers={
-            "X-Content-Type-Options": "nosniff",
-            "Content-Security-Policy": "default-src 'none'; sandbox",
-            "Cache-Control": "private, no-cache",
-        },
+        path, media_type=media_type, headers={**headers, "Cache-Control": "private, no-cache"}
     )

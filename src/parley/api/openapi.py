@@ -13,7 +13,7 @@ FastAPI writes most of ``/openapi.json`` from the routes; ``install`` finishes i
   from a page elsewhere), one with parameters or a body 400, one with path parameters
   404. A route names its other failures itself: ``answers(..., errors=(409,))``.
 - **Idempotency-Key**: every POST and PATCH takes the header (``api/idempotency.py``),
-  and may answer 409 and 422 for it.
+  and may answer 409 and 422 for it (but those it does not cover: ``NOT_COVERED``).
 - **Bodies declared by hand** (routes that read their own body, to authenticate first or
   to take several shapes) embed pydantic schemas whose ``$defs`` do not resolve in an
   OpenAPI document: they are moved into ``components/schemas``.
@@ -38,6 +38,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from parley.api.idempotency import NOT_COVERED
+
 REF = "#/components/schemas/{model}"
 """Where a schema embedded by hand refers to its parts."""
 _DEFS_REF = "#/$defs/"
@@ -48,9 +50,11 @@ METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch",
 FAILURES: dict[int, str] = {
     400: "Bad request: a parameter or the body is invalid; `param` names the field "
     "(`messages.0.role`).",
-    401: "No valid API key: send `Authorization: Bearer <key>` or `x-api-key`.",
-    403: "Not allowed: this needs an admin key, or keyless loopback access came from a page "
-    "elsewhere (Host or Origin not loopback).",
+    401: "No valid API key: send `Authorization: Bearer <key>` or `x-api-key` (a browser: "
+    "the session cookie of `POST /v1/session`, while its key is active).",
+    403: "Not allowed: this needs an admin key, keyless loopback access came from a page "
+    "elsewhere (Host or Origin not loopback), or a change signed in by the session cookie "
+    "came from a page of another origin (`csrf_origin_mismatch`).",
     404: "Not found. Another owner's ids answer exactly like missing ones.",
     408: "The body did not arrive within `server.body_timeout_seconds`; the connection closes.",
     409: "Conflict with the current state (the code says which).",
@@ -214,10 +218,11 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
         "bearer": {"type": "http", "scheme": "bearer", "description": "A Parley API key."},
         "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
     }
-    for item in document.get("paths", {}).values():
+    for path, item in document.get("paths", {}).items():
         for method, operation in item.items():
             if method in METHODS:
-                _finish_operation(operation, idempotent=method in ("post", "patch"))
+                idempotent = method in ("post", "patch") and path not in NOT_COVERED
+                _finish_operation(operation, idempotent=idempotent)
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)

@@ -79,6 +79,19 @@ class Versions(Shape):
     ids: list[str]
 
 
+class PendingCall(Shape):
+    """A server tool call of a paused reply that waits for a person's decision."""
+
+    id: str
+    tool: str
+    arguments: str
+    expires_at: float = Field(
+        description="When approving it stops being possible (tools.approval_ttl_seconds after "
+        "it was asked); it can still be denied or answered."
+    )
+    expired: bool
+
+
 class Message(Shape):
     id: str
     object: Literal["conversation.message"]
@@ -95,6 +108,9 @@ class Message(Shape):
     updated_at: float
     citations: list[Citation] = Field(default_factory=list, description="Replies only.")
     versions: Versions | None = None
+    pending_approvals: list[PendingCall] | None = Field(
+        default=None, description="A reply awaiting approval: the calls that wait."
+    )
 
 
 class ConversationDetail(Conversation):
@@ -137,6 +153,42 @@ class SummaryReverted(Shape):
     conversation_id: str
     reverted: Summary | None
     summary: Summary | None
+
+
+# --- browser sessions and keys -----------------------------------------------------------
+
+
+class Session(Shape):
+    object: Literal["session"]
+    keys_required: bool = Field(description="False: no key exists (keyless loopback use).")
+    signed_in: bool
+    owner: str | None
+    key_id: str | None = Field(description="The key acted as; null for keyless use.")
+    key_name: str | None
+    admin: bool
+    expires_at: float | None = Field(
+        description="When the browser session ends, when the session cookie signed this "
+        "request in; else null."
+    )
+
+
+class ApiKey(Shape):
+    id: str
+    object: Literal["api_key"]
+    owner: str
+    name: str
+    prefix: str = Field(description="The key's first characters, to recognise it by.")
+    admin: bool
+    created_at: float
+    revoked_at: float | None
+
+
+class ApiKeyList(_Page):
+    data: list[ApiKey]
+
+
+class NewApiKey(ApiKey):
+    key: str = Field(description="The key itself, shown only in this answer.")
 
 
 # --- models, audit, usage, interceptors --------------------------------------------------

@@ -18,6 +18,7 @@ from parley.store.database import Database
 from parley.store.idempotency import IdempotencyStore
 from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore, KeyStore
+from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
 from parley.tools.registry import ToolRegistry
 
@@ -47,5 +48,6 @@ class AppState:
     citations: CitationStore
     mcp: McpService
     idempotency: IdempotencyStore
+    sessions: SessionStore
     knowledge: KnowledgeService | None = None
     """None when ``knowledge.enabled`` is false."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Select,
     and_,
     bindparam,
     delete,
@@ -33,7 +34,7 @@ from parley.ids import new_id
 from parley.messages import MessageStatus, Part, Role, parts_from_json, parts_to_json
 from parley.store.branches import BranchOps, Versions, copy_rows, load_tree
 from parley.store.database import Database
-from parley.store.schema import api_keys, conversations, messages
+from parley.store.schema import api_keys, conversations, messages, web_sessions
 from parley.store.search import SearchOps
 
 
@@ -371,25 +372,20 @@ class ConversationStore(BranchOps, SearchOps):
         self, owner: str, *, limit: int, after: str | None = None
     ) -> list[StoredConversation]:
         """Newest first; ``after`` is the id of the last conversation of the previous page."""
-        statement = select(conversations).where(conversations.c.owner == owner)
-        if after is not None:
-            pivot = (
-                select(conversations.c.updated_at)
-                .where(conversations.c.id == after, conversations.c.owner == owner)
-                .scalar_subquery()
-            )
-            statement = statement.where(
-                or_(
-                    conversations.c.updated_at < pivot,
-                    and_(conversations.c.updated_at == pivot, conversations.c.id < after),
-                )
-            )
-        statement = statement.order_by(
-            conversations.c.updated_at.desc(), conversations.c.id.desc()
-        ).limit(limit)
+        statement = _newest_first(owner, after).limit(limit)
         return await self._db.read(
             lambda conn: [_conversation(row._mapping) for row in conn.execute(statement).all()]
         )
+
+    async def search_conversations(
+        self, owner: str, query: str, *, limit: int, after: str | None = None
+    ) -> list[StoredConversation]:
+        """``list_conversations``, of those whose title or message text contains
+        ``query`` (case-insensitive; ``search.py``)."""
+        rows = await self.matching_conversations(
+            _newest_first(owner, after), owner, query, limit=limit
+        )
+        return [_conversation(row) for row in rows]
 
     async def rename(self, owner: str, conversation_id: str, title: str) -> None:
         def transaction(conn: Connection) -> None:
@@ -419,6 +415,24 @@ class ConversationStore(BranchOps, SearchOps):
                 raise LookupError(conversation_id)
 
         await self._db.write(transaction)
+
+
+def _newest_first(owner: str, after: str | None) -> Select[Any]:
+    """The owner's conversations, newest first, after the one ``after`` names."""
+    statement = select(conversations).where(conversations.c.owner == owner)
+    if after is not None:
+        pivot = (
+            select(conversations.c.updated_at)
+            .where(conversations.c.id == after, conversations.c.owner == owner)
+            .scalar_subquery()
+        )
+        statement = statement.where(
+            or_(
+                conversations.c.updated_at < pivot,
+                and_(conversations.c.updated_at == pivot, conversations.c.id < after),
+            )
+        )
+    return statement.order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
 
 
 def _head(conn: Connection, owner: str, conversation_id: str) -> str | None:
@@ -470,14 +484,20 @@ class KeyStore:
         return await self._db.read(query)
 
     async def revoke(self, key_id_or_prefix: str) -> int:
+        """Revoke the active key with this id or prefix (how many were), and end the
+        browser sessions of the keys it names."""
+        named = (api_keys.c.id == key_id_or_prefix) | (api_keys.c.prefix == key_id_or_prefix)
+
         def transaction(conn: Connection) -> int:
             result = conn.execute(
                 update(api_keys)
-                .where(
-                    (api_keys.c.id == key_id_or_prefix) | (api_keys.c.prefix == key_id_or_prefix),
-                    api_keys.c.revoked_at.is_(None),
-                )
+                .where(named, api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=time.time())
+            )
+            conn.execute(
+                delete(web_sessions).where(
+                    web_sessions.c.key_id.in_(select(api_keys.c.id).where(named))
+                )
             )
             return int(result.rowcount or 0)
 

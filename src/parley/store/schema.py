@@ -340,3 +340,17 @@ idempotency_keys = Table(
     Column("expires_at", Float, nullable=False),
     Index("ix_idempotency_expires", "expires_at"),
 )
+
+# Browser sessions (store/sessions.py): a signed-in browser's cookie holds a random token;
+# only its SHA-256 is kept, with the API key it stands for. A session counts only while
+# that key is active and until ``expires_at``.
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("key_id", String(40), ForeignKey("api_keys.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_web_sessions_expires", "expires_at"),
+    Index("ix_web_sessions_key", "key_id"),
+)

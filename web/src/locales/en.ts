@@ -1,0 +1,6 @@
+import * as chat from "./chat";
+import * as common from "./common";
+import * as kb from "./kb";
+import * as settings from "./settings";
+
+export const en = { ...common.en, ...chat.en, ...kb.en, ...settings.en };

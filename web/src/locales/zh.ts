@@ -1,0 +1,12 @@
+import * as chat from "./chat";
+import * as common from "./common";
+import * as kb from "./kb";
+import * as settings from "./settings";
+import type { en } from "./en";
+
+export const zh: Record<keyof typeof en, string> = {
+  ...common.zh,
+  ...chat.zh,
+  ...kb.zh,
+  ...settings.zh,
+};

@@ -1,0 +1,3 @@
+export function ChatView({ conversationId }: { conversationId: string | null }) {
+  return <section class="chat">{conversationId}</section>;
+}

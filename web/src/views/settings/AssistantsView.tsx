@@ -1,0 +1,3 @@
+export function AssistantsView() {
+  return <section class="page">Assistants</section>;
+}

@@ -1,0 +1,3 @@
+export function MemoryView() {
+  return <section class="page">Memory</section>;
+}
