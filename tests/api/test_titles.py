@@ -106,3 +106,67 @@ def test_a_failing_fast_model_costs_the_user_nothing(
     assert body["title"] == "hello there"  # the provisional one stays
     assert body["suggestions"] == []
     assert "title" in server.log() or "suggestion" in server.log()
+
+
+def test_a_conversation_created_empty_gets_its_title_from_the_first_reply(
+    server: ParleyServer, upstream: MockOpenAI
+) -> None:
+    """``POST /v1/conversations`` then the first message by id (what the web UI does): the
+    first reply already gets a title and suggestions, the first line standing in until
+    then; an assistant named at creation is the conversation's."""
+    upstream.reset()
+    created = httpx.post(f"{server.url}/v1/conversations", json={})
+    assert created.status_code == 201, created.text
+    cid = created.json()["id"]
+    assert created.json()["title"] is None
+    assert created.json()["assistant_id"] is None
+    assert conversation(server, cid)["messages"] == []
+    listed = httpx.get(f"{server.url}/v1/conversations").json()["data"]
+    assert listed[0]["id"] == cid
+    upstream.queue_text("Oslo.")
+    upstream.route_text("short title", "Capital of Norway")
+    upstream.route_text("follow-up", '["And Sweden?"]')
+    sent = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={
+            "model": "fast",
+            "conversation_id": cid,
+            "messages": [{"role": "user", "content": "capital of norway?\nthanks"}],
+        },
+    )
+    assert sent.status_code == 200, sent.text
+    wait_for(lambda: conversation(server, cid)["title"] == "Capital of Norway")
+    wait_for(lambda: conversation(server, cid)["suggestions"] == ["And Sweden?"])
+    assert [m["role"] for m in conversation(server, cid)["messages"]] == ["user", "assistant"]
+    # with no title written (the fast model fails), the first line stays the title
+    upstream.reset()
+    other = httpx.post(f"{server.url}/v1/conversations", json={}).json()["id"]
+    upstream.queue_text("Fine.")
+    httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={
+            "model": "fast",
+            "conversation_id": other,
+            "messages": [{"role": "user", "content": "how are you\ntoday"}],
+        },
+    )
+    wait_for(lambda: len(upstream.requests) >= 2)  # the title was asked for, and failed
+    assert conversation(server, other)["title"] == "how are you"
+
+
+def test_creating_a_conversation_checks_what_it_is_given(server: ParleyServer) -> None:
+    titled = httpx.post(f"{server.url}/v1/conversations", json={"title": "Mine"})
+    assert titled.status_code == 201
+    assert titled.json()["title"] == "Mine"
+    missing = httpx.post(f"{server.url}/v1/conversations", json={"assistant": "nobody"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["param"] == "assistant"
+    assert httpx.post(f"{server.url}/v1/conversations", json={"title": ""}).status_code == 400
+    assert httpx.post(f"{server.url}/v1/conversations", json={"x": 1}).status_code == 400
+    made = httpx.post(
+        f"{server.url}/v1/assistants", json={"name": "helper", "system_prompt": "Be brief."}
+    )
+    assert made.status_code in (200, 201), made.text
+    with_assistant = httpx.post(f"{server.url}/v1/conversations", json={"assistant": "helper"})
+    assert with_assistant.json()["assistant_id"] == made.json()["id"]
+    assert conversation(server, with_assistant.json()["id"])["assistant_id"] == made.json()["id"]

@@ -48,6 +48,14 @@ class ConversationPatch(BaseModel):
     title: str = Field(min_length=1, max_length=500)
 
 
+class ConversationCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+    assistant: str | None = Field(
+        default=None, min_length=1, max_length=200, description="An assistant's id or name."
+    )
+
+
 def not_found(conversation_id: str) -> NotFound:
     return NotFound(
         f"conversation {conversation_id!r} not found",
@@ -61,6 +69,7 @@ def conversation_json(conversation: StoredConversation) -> dict[str, Any]:
         "id": conversation.id,
         "object": "conversation",
         "title": conversation.title,
+        "assistant_id": (conversation.meta or {}).get("assistant_id"),
         "created_at": conversation.created_at,
         "updated_at": conversation.updated_at,
     }
@@ -144,6 +153,27 @@ async def list_conversations(
         else await store.search_conversations(owner, q, limit=limit + 1, after=after)
     )
     return page(rows, limit, conversation_json)
+
+
+@router.post("", **answers(Conversation, status=201, errors=(404,)))
+async def create_conversation(request: Request, body: ConversationCreate) -> Response:
+    """An empty conversation to send messages to by id, so that its first reply already
+    gets a title and suggestions (a request without ``conversation_id`` gets neither)."""
+    state: AppState = request.app.state.parley
+    owner = await state.auth.owner(request)
+    meta: dict[str, Any] | None = None
+    if body.assistant is not None:
+        try:
+            assistant = await state.assistants.get(owner, body.assistant)
+        except LookupError:
+            raise NotFound(
+                f"assistant {body.assistant!r} not found",
+                param="assistant",
+                code="assistant_not_found",
+            ) from None
+        meta = {"assistant_id": assistant.id}
+    conversation = await state.conversations.create_conversation(owner, title=body.title, meta=meta)
+    return json_response(conversation_json(conversation), status=201)
 
 
 @router.get("/{conversation_id}", **answers(ConversationDetail))

@@ -52,6 +52,7 @@ class Conversation(Shape):
     id: str
     object: Literal["conversation"]
     title: str | None
+    assistant_id: str | None = Field(description="The assistant it was started with.")
     created_at: float
     updated_at: float
 

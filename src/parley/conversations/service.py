@@ -341,7 +341,7 @@ class ConversationService:
                 owner=turn.owner,
                 new_messages=rows,
                 create=create,
-                title=_title(new) if create else None,
+                title=_title(new) if create or not stored else None,
                 update_parts=updates,
                 parent_id=parent_id,
                 root=root,

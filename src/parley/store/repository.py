@@ -238,6 +238,8 @@ class ConversationStore(BranchOps, SearchOps):
                 conn.execute(
                     _MOVE_HEAD, {"b_id": conversation_id, "head_id": parent, "updated_at": now}
                 )
+                if title is not None:
+                    _title_if_blank(conn, owner, conversation_id, title)
 
         await self._db.write(transaction)
 
@@ -305,6 +307,26 @@ class ConversationStore(BranchOps, SearchOps):
             return int(result.rowcount or 0)
 
         return await self._db.write(transaction)
+
+    async def create_conversation(
+        self, owner: str, *, title: str | None, meta: dict[str, Any] | None
+    ) -> StoredConversation:
+        """An empty conversation (``POST /v1/conversations``). A title given here is the
+        user's own; without one, the first message's first line becomes a provisional
+        title (see ``_title_if_blank``), which a generated one replaces."""
+        now = time.time()
+        conversation = StoredConversation(new_id("conv"), owner, title, None, now, now, meta)
+        row = {
+            "id": conversation.id,
+            "owner": owner,
+            "title": title,
+            "head_id": None,
+            "meta": meta,
+            "created_at": now,
+            "updated_at": now,
+        }
+        await self._db.write(lambda conn: conn.execute(_INSERT_CONVERSATION, row))
+        return conversation
 
     # --- reading ----------------------------------------------------------------------
 
@@ -441,6 +463,23 @@ def _head(conn: Connection, owner: str, conversation_id: str) -> str | None:
         raise LookupError(conversation_id)
     head: str | None = row.head_id
     return head
+
+
+def _title_if_blank(conn: Connection, owner: str, conversation_id: str, title: str) -> None:
+    """A conversation created empty (``POST /v1/conversations``) without a title takes its
+    first message's first line, provisionally, as one created by a message does."""
+    row = conn.execute(
+        select(conversations.c.title, conversations.c.meta).where(
+            conversations.c.id == conversation_id, conversations.c.owner == owner
+        )
+    ).first()
+    if row is None or row.title is not None:
+        return
+    conn.execute(
+        update(conversations)
+        .where(conversations.c.id == conversation_id, conversations.c.owner == owner)
+        .values(title=title, meta={**(row.meta or {}), "title_provisional": True})
+    )
 
 
 def _owned(conn: Connection, owner: str, conversation_id: str) -> bool:
