@@ -13,6 +13,25 @@ if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null; then
   "${sudo[@]}" apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
     || { "${sudo[@]}" apt-get update -qq >/dev/null && "${sudo[@]}" apt-get install -y -qq bubblewrap >/dev/null; }
 fi
+# The web UI's browser tests (tests/web) drive Debian's Chromium (never a browser
+# downloaded by Playwright), and its bundle test rebuilds web/ with npm: install what is
+# missing where we can (root or sudo, and apt-get); elsewhere those tests skip, saying how.
+web_packages=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+  || [ -n "${PARLEY_CHROMIUM:-}" ] || web_packages+=(chromium)
+# npm only when there is none: a Node.js from elsewhere (NodeSource's) stays as it is
+command -v npm >/dev/null || web_packages+=(nodejs npm)
+if [ ${#web_packages[@]} -gt 0 ] && command -v apt-get >/dev/null; then
+  sudo=()
+  [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+  if [ ${#sudo[@]} -eq 0 ] || sudo -n true 2>/dev/null; then
+    echo "Installing ${web_packages[*]} (the web UI's browser and bundle tests)..." >&2
+    "${sudo[@]}" apt-get install -y -qq "${web_packages[@]}" >/dev/null 2>&1 \
+      || { "${sudo[@]}" apt-get update -qq >/dev/null \
+        && "${sudo[@]}" apt-get install -y -qq "${web_packages[@]}" >/dev/null; } \
+      || echo "Could not install ${web_packages[*]}: the web UI's tests that need them skip." >&2
+  fi
+fi
 # The suite starts a few hundred server and CLI processes: compile the sources once
 # here (each process would compile them again where PYTHONDONTWRITEBYTECODE is set:
 # about a second more per server start).

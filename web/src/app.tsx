@@ -1,6 +1,7 @@
 // The shell: who is signed in, the sidebar, and the screen the URL names.
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 import { ErrorNote } from "./components/ErrorNote";
+import { Icon } from "./components/icons";
 import { searchInputId, Sidebar } from "./components/Sidebar";
 import { SignIn } from "./components/SignIn";
 import { t } from "./i18n";
@@ -44,10 +45,43 @@ function useShortcuts(openMenu: () => void) {
   }, []);
 }
 
+/** The phone's menu (the sidebar as a drawer, under 800 px): Esc closes it; focus moves
+ * into it when it opens and back to the menu button when it closes. On a wide screen,
+ * where the sidebar is always shown (the menu button is not), none of that applies. */
+function useDrawer(open: boolean, close: () => void) {
+  const menuButton = useRef<HTMLButtonElement>(null);
+  const closeButton = useRef<HTMLButtonElement>(null);
+  const wasOpen = useRef(open);
+  const isDrawer = () => Boolean(menuButton.current?.getClientRects().length);
+  // a layout effect: before Ctrl+K's focus on the search box (a frame later)
+  useLayoutEffect(() => {
+    if (open === wasOpen.current) return;
+    wasOpen.current = open;
+    if (!isDrawer()) return;
+    if (open) closeButton.current?.focus();
+    else menuButton.current?.focus();
+  }, [open]);
+  useEffect(() => {
+    if (!open) return;
+    // on the document: after a field's own Esc (the rename box), before the chat's (which
+    // stops a reply) on the window
+    function onKey(event: KeyboardEvent) {
+      if (event.key !== "Escape" || event.defaultPrevented || !isDrawer()) return;
+      if (document.querySelector("dialog[open]")) return;
+      event.preventDefault();
+      close();
+    }
+    document.addEventListener("keydown", onKey);
+    return () => document.removeEventListener("keydown", onKey);
+  }, [open]);
+  return { menuButton, closeButton };
+}
+
 export function App() {
   const [error, setError] = useState<unknown>(null);
   const [menuOpen, setMenuOpen] = useState(false);
   useShortcuts(() => setMenuOpen(true));
+  const { menuButton, closeButton } = useDrawer(menuOpen, () => setMenuOpen(false));
   useEffect(() => {
     const check = () => loadSession().then(() => setError(null), setError);
     void check();
@@ -64,16 +98,31 @@ export function App() {
         <button
           type="button"
           class="icon menu-button"
-          aria-label={menuOpen ? t("nav.closeMenu") : t("nav.menu")}
+          ref={menuButton}
+          aria-label={t("nav.menu")}
           aria-expanded={menuOpen}
           aria-controls="sidebar"
           onClick={() => setMenuOpen(!menuOpen)}
         >
-          ☰
+          <Icon name="menu" width="20" height="20" />
         </button>
         <span class="brand">{t("app.name")}</span>
       </header>
       <div id="sidebar" class="sidebar-wrap">
+        {/* the open drawer covers the menu button: its own close button, there while open */}
+        {menuOpen && (
+          <div class="drawer-head">
+            <button
+              type="button"
+              class="icon drawer-close"
+              ref={closeButton}
+              aria-label={t("nav.closeMenu")}
+              onClick={() => setMenuOpen(false)}
+            >
+              <Icon name="close" width="20" height="20" />
+            </button>
+          </div>
+        )}
         <Sidebar onNavigate={() => setMenuOpen(false)} />
       </div>
       <div class="scrim" onClick={() => setMenuOpen(false)} />

@@ -8,6 +8,7 @@ import { session, signOut } from "../session";
 import type { ConversationSummary } from "../types";
 import { Confirm } from "./Confirm";
 import { ErrorNote } from "./ErrorNote";
+import { Icon } from "./icons";
 
 export const searchInputId = "conversation-search";
 
@@ -29,7 +30,7 @@ function Item({ conversation }: { conversation: ConversationSummary }) {
   const [confirming, setConfirming] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const active = route.value.name === "chat" && route.value.id === conversation.id;
-  const title = conversation.title || conversation.id;
+  const title = conversation.title || t("nav.newChat");
   async function rename(value: string) {
     setEditing(false);
     if (value.trim() && value.trim() !== conversation.title) {
@@ -55,7 +56,10 @@ function Item({ conversation }: { conversation: ConversationSummary }) {
           ref={(el) => el?.focus()}
           onKeyDown={(e) => {
             if (e.key === "Enter") void rename(e.currentTarget.value);
-            if (e.key === "Escape") setEditing(false);
+            if (e.key === "Escape") {
+              e.preventDefault(); // the rename only, not the phone's menu too
+              setEditing(false);
+            }
           }}
           onBlur={(e) => void rename(e.currentTarget.value)}
         />
@@ -71,10 +75,10 @@ function Item({ conversation }: { conversation: ConversationSummary }) {
       )}
       <span class="item-actions">
         <button type="button" class="icon" aria-label={`${t("common.rename")}: ${title}`} onClick={() => setEditing(true)}>
-          ✎
+          <Icon name="edit" />
         </button>
         <button type="button" class="icon" aria-label={`${t("common.delete")}: ${title}`} onClick={() => setConfirming(true)}>
-          🗑
+          <Icon name="trash" />
         </button>
       </span>
       {confirming && (

@@ -1,6 +1,7 @@
 import * as chat from "./chat";
 import * as common from "./common";
 import * as kb from "./kb";
+import * as message from "./message";
 import * as settings from "./settings";
 import type { en } from "./en";
 
@@ -9,4 +10,5 @@ export const zh: Record<keyof typeof en, string> = {
   ...chat.zh,
   ...kb.zh,
   ...settings.zh,
+  ...message.zh,
 };
