@@ -10,6 +10,7 @@
 // wrapper: the sanitised HTML carries no handlers.
 import { useEffect, useLayoutEffect, useRef } from "preact/hooks";
 import { lang, t } from "../i18n";
+import { copyText } from "../clipboard";
 import { type Block, MarkdownStream, type RenderOptions, renderBlock } from "../markdown";
 import "./message.css";
 
@@ -114,40 +115,13 @@ const COPIED_MS = 1500;
 /** Copy the code of the block `button` belongs to; the button says whether it worked. */
 export async function copyCode(button: HTMLButtonElement): Promise<boolean> {
   const code = button.closest(".md-code")?.querySelector("pre code")?.textContent ?? "";
-  const copied = await writeClipboard(code);
+  const copied = await copyText(code);
   button.textContent = t(copied ? "msg.code.copied" : "msg.code.copyFailed");
   button.classList.add("md-copy-done");
   setTimeout(() => {
     button.textContent = t("msg.code.copy");
     button.classList.remove("md-copy-done");
   }, COPIED_MS);
-  return copied;
-}
-
-async function writeClipboard(text: string): Promise<boolean> {
-  try {
-    if (navigator.clipboard?.writeText) {
-      await navigator.clipboard.writeText(text);
-      return true;
-    }
-  } catch {
-    // fall through: a page served over plain http has no clipboard API
-  }
-  const focused = document.activeElement as HTMLElement | null;
-  const area = document.createElement("textarea");
-  area.value = text;
-  area.readOnly = true;
-  area.className = "visually-hidden";
-  document.body.appendChild(area);
-  area.select();
-  let copied = false;
-  try {
-    copied = document.execCommand("copy");
-  } catch {
-    copied = false;
-  }
-  area.remove();
-  focused?.focus();
   return copied;
 }
 

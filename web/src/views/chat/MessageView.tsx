@@ -9,7 +9,7 @@ import type { StoredMessage } from "../../types";
 import { Approvals } from "./Approvals";
 import type { Attachment } from "./attachments";
 import type { Decision } from "./chatApi";
-import { copyText } from "./clipboard";
+import { copyText } from "../../clipboard";
 import type { ChatController } from "./controller";
 import { count, spend } from "./format";
 import type { UserDraft } from "./items";

@@ -2,13 +2,14 @@
 // older selection-based copy (a LAN address over plain http is not a secure context).
 export async function copyText(text: string): Promise<boolean> {
   try {
-    if (navigator.clipboard && window.isSecureContext) {
+    if (navigator.clipboard?.writeText) {  // absent outside a secure context
       await navigator.clipboard.writeText(text);
       return true;
     }
   } catch {
     // fall through to the selection copy
   }
+  const focused = document.activeElement as HTMLElement | null;
   const area = document.createElement("textarea");
   area.value = text;
   area.setAttribute("readonly", "");
@@ -22,5 +23,6 @@ export async function copyText(text: string): Promise<boolean> {
     copied = false;
   }
   area.remove();
+  focused?.focus(); // the selection copy took the focus: give it back
   return copied;
 }
