@@ -79,7 +79,14 @@ def test_the_shape_is_the_lists_and_pages_follow(alice: httpx.Client, upstream: 
     assert set(first) == {"object", "data", "has_more", "first_id", "last_id"}
     assert first["object"] == "list"
     assert [c["id"] for c in first["data"]] == newest[:2]
-    assert set(first["data"][0]) == {"id", "object", "title", "created_at", "updated_at"}
+    assert set(first["data"][0]) == {
+        "id",
+        "object",
+        "title",
+        "assistant_id",
+        "created_at",
+        "updated_at",
+    }
     assert first["has_more"] is True
     assert (first["first_id"], first["last_id"]) == (newest[0], newest[1])
     rest = found(alice, "pangolin", limit=2, after=first["last_id"])
