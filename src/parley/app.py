@@ -28,7 +28,12 @@ from parley.api import (
     assistants,
     branches,
     chat,
+    chatchat_feedback,
     chatchat_kb,
+    chatchat_rag,
+    chatchat_server,
+    chatchat_temp,
+    chatchat_tools,
     context,
     conversations,
     errors,
@@ -278,6 +283,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(session.router)  # needs no key: it is how a browser gives one
     # chat and tasks authenticate before they read their bodies themselves
     app.include_router(chat.router)
+    app.include_router(chatchat_rag.router)  # Chatchat's knowledge chat: a chat route too
     app.include_router(tasks.router)
     # the others are authenticated before FastAPI reads and validates a body: a caller
     # without a key learns nothing of the schema and reaches no code (a regex compiled);
@@ -294,6 +300,10 @@ def create_app(settings: Settings) -> FastAPI:
         assistants.router,
         knowledge_api.router,
         chatchat_kb.router,
+        chatchat_temp.router,
+        chatchat_tools.router,
+        chatchat_server.router,
+        chatchat_feedback.router,
         memories.router,
         mcp_api.router,
         keys.router,

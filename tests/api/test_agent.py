@@ -67,9 +67,9 @@ def test_server_tool_streams_progress_never_tool_calls(
     assert text == "It is noon."
     assert all(not (c.choices and c.choices[0].delta.tool_calls) for c in chunks)
     statuses = [extras(c).get("status") for c in chunks]
-    assert statuses.index(7) < statuses.index(8)  # Chatchat tool_start, then tool_end
-    started = next(c for c in chunks if extras(c).get("status") == 7)
-    ended = next(c for c in chunks if extras(c).get("status") == 8)
+    assert statuses.index(6) < statuses.index(7)  # Chatchat tool_start, then tool_end
+    started = next(c for c in chunks if extras(c).get("status") == 6)
+    ended = next(c for c in chunks if extras(c).get("status") == 7)
     assert extras(started)["parley"]["tool"]["name"] == "current_time"
     output = extras(ended)["tool_calls"][0]["tool_output"]
     assert "iso" in json.loads(output)

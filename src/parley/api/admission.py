@@ -6,8 +6,9 @@ hashed, or "" for keyless loopback use (the machine's one user, while no key exi
 and for requests without a key. The ``Ledger`` shared with the streams measures the
 event loop's lag and paces the keys using most of it.
 
-Routes that start work (chat, tasks, and Parley's own MCP endpoint at ``/mcp``, whose
-tools search knowledge, memory and conversations) are *guarded*:
+Routes that start work (chat, Chatchat's knowledge and file chats, tasks, and Parley's
+own MCP endpoint at ``/mcp``, whose tools search knowledge, memory and conversations)
+are *guarded*:
 
 - **The body first.** A guarded request's body is read whole, under
   ``body_timeout_seconds`` (408 after it) and ``max_body_bytes`` (413), before the
@@ -55,8 +56,18 @@ from parley.errors import Overloaded, ParleyError, PayloadTooLarge
 from parley.fairness import Ledger
 
 GUARDED = frozenset(
-    {"/v1/chat/completions", "/chat/chat/completions", "/v1/tasks", "/mcp", "/mcp/"}
+    {
+        "/v1/chat/completions",
+        "/chat/chat/completions",
+        "/chat/file_chat",
+        "/v1/tasks",
+        "/mcp",
+        "/mcp/",
+    }
 )
+KB_CHAT = ("/knowledge_base/", "/chat/completions")
+"""Chatchat's knowledge chat, ``/knowledge_base/{mode}/{param}/chat/completions``: the
+prefix and suffix of its paths, guarded too."""
 UNLIMITED = frozenset({"/health"})
 FAIR_SHARE_FLOOR = 4
 """A key with fewer guarded requests in flight than this is never the heavy one."""
@@ -66,6 +77,12 @@ EXTREME_LAG_FACTOR = 5
 EXTREME_LAG_FLOOR = 0.5
 """Light keys are admitted while the loop lag is under ``EXTREME_LAG_FACTOR`` times the
 limit, and at least ``EXTREME_LAG_FLOOR`` seconds."""
+
+
+def is_guarded(path: str) -> bool:
+    """The path starts work: a chat (Parley's, Chatchat's and its knowledge and file
+    chats), a task or ``/mcp``."""
+    return path in GUARDED or (path.startswith(KB_CHAT[0]) and path.endswith(KB_CHAT[1]))
 
 
 class RequestTimeout(ParleyError):
@@ -114,7 +131,7 @@ class Admission:
         self.ledger.start()
         who = await _bucket(scope)
         with self.ledger.serving(who):
-            if scope["path"] in GUARDED:
+            if is_guarded(scope["path"]):
                 await self._guarded(scope, receive, send, who)
             elif who and self.max_other_per_key and scope["path"] not in UNLIMITED:
                 await self._other(scope, receive, send, who)

@@ -11,6 +11,7 @@ the first token) and the turn has done no work a retry would repeat (no tool ran
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from parley.api.json_depth import check_depth
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.replies import collect, stream_response
 from parley.api.state import AppState
+from parley.api.statuses import CHATCHAT_AGENT, CHATCHAT_PLAIN, OPENAI, Dialect
 from parley.api.wire import check_counts, to_turn
 from parley.api.wire_models import ChatCompletionRequest
 from parley.conversations.generation import Generation
@@ -91,16 +93,36 @@ async def _chat(request: Request, *, compat: bool) -> Response:
     state: AppState = request.app.state.parley
     caller = await state.auth.caller(request)
     data = await read_json_object(request, state)
-    if compat and not data.get("max_tokens"):
-        data.pop("max_tokens", None)  # Chatchat: 0 or null means the default
+    if not compat:
+        return await answer(state, request, caller, data)
+    chatchat_body(data)
+    from parley.api.chatchat_rag import direct_tool_answer  # it answers through ``answer``
+
+    direct = await direct_tool_answer(state, request, caller, data)
+    if direct is not None:  # a tool chosen with its input: Chatchat calls it itself
+        return direct
     return await answer(
         state,
         request,
         caller,
         data,
-        source="chatchat" if compat else "chat.completions",
-        create_missing=compat,
+        source="chatchat",
+        create_missing=True,
+        dialect=CHATCHAT_AGENT if data.get("tools") else CHATCHAT_PLAIN,
     )
+
+
+def chatchat_body(data: dict[str, Any]) -> None:
+    """Read a Chatchat body as Chatchat does: ``max_tokens`` of 0 or null is the default,
+    and ``metadata`` is its WebUI's attachments (``{"images": [...], ...}``), not
+    OpenAI's string map, so it is left out unless it is one."""
+    if not data.get("max_tokens"):
+        data.pop("max_tokens", None)
+    metadata = data.get("metadata")
+    if metadata is None or (
+        isinstance(metadata, dict) and not all(isinstance(v, str) for v in metadata.values())
+    ):
+        data.pop("metadata", None)
 
 
 async def answer(
@@ -111,10 +133,13 @@ async def answer(
     *,
     source: str = "chat.completions",
     create_missing: bool = False,
+    dialect: Dialect = OPENAI,
+    header: Sequence[dict[str, Any]] = (),
     **changes: Any,
 ) -> Response:
     """The chat-completions answer to the request body ``data`` (its turn changed by
-    ``changes``: a route's anchor, for one)."""
+    ``changes``: a route's anchor, for one), its Chatchat ``status`` numbered as
+    ``dialect`` says and ``header``'s chunks first (see ``replies.stream_response``)."""
     check_counts(data, state.settings.chat)
     body = chat_request(data)
     turn = to_turn(
@@ -129,7 +154,8 @@ async def answer(
         changes["client_retries"] = True
     if changes:
         turn = replace(turn, **changes)
-    return await respond(state, request, body, await state.service.prepare(turn))
+    generation = await state.service.prepare(turn)
+    return await respond(state, request, body, generation, dialect=dialect, header=header)
 
 
 def retries_itself(request: Request) -> bool:
@@ -173,7 +199,13 @@ def chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
 
 
 async def respond(
-    state: AppState, request: Request, body: ChatCompletionRequest, generation: Generation
+    state: AppState,
+    request: Request,
+    body: ChatCompletionRequest,
+    generation: Generation,
+    *,
+    dialect: Dialect = OPENAI,
+    header: Sequence[dict[str, Any]] = (),
 ) -> Response:
     """Run a prepared generation as the chat-completions response ``body`` asked for."""
     options = body.stream_options
@@ -186,8 +218,10 @@ async def respond(
             include_usage,
             coalesce_ms=options.coalesce_ms if options else 0,
             legacy=legacy,
+            dialect=dialect,
+            header=header,
         )
-    return await collect(state, generation, request, legacy=legacy)
+    return await collect(state, generation, request, legacy=legacy, dialect=dialect, header=header)
 
 
 async def read_body(request: Request, limit: int, *, allow_empty: bool = False) -> bytes:

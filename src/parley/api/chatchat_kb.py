@@ -14,10 +14,11 @@ with ``../``, 500 for a failure): clients read ``code``, not the HTTP status. Tw
 answer otherwise, as in Chatchat: ``search_docs`` answers a bare list of documents
 (``[]`` when the base is missing) and ``download_doc`` the file itself.
 ``recreate_vector_store`` streams Server-Sent Events. Authentication is Parley's own
-(the same API keys; a missing or wrong key is HTTP 401 with an OpenAI error body), and
+(the same API keys; a missing or wrong key is HTTP 401 with an OpenAI error body that
+also carries Chatchat's ``code`` and ``msg``, as every error on its routes does), and
 every base is its owner's: another owner's base is "not found", exactly like a missing
 one. A body that does not validate (a missing ``knowledge_base_name``, a
-``score_threshold`` outside 0..2) is HTTP 400 with an OpenAI error body (Chatchat: 422).
+``score_threshold`` outside 0..2) is HTTP 400 with that body (Chatchat: 422).
 
 Routes (method, body, ``data``):
 
@@ -249,6 +250,42 @@ def distances(results: Sequence[SearchResult]) -> list[float]:
     if best <= 0:
         return [0.0 if r.rank == 1 else MAX_SCORE for r in results]
     return [round(min(MAX_SCORE, max(0.0, 2 * (1 - r.score / best))), 4) for r in results]
+
+
+async def scored_search(
+    service: KnowledgeService,
+    owner: str,
+    base: KnowledgeBase,
+    query: str,
+    *,
+    top_k: int,
+    score_threshold: float,
+) -> list[tuple[SearchResult, float]]:
+    """The base's hits for ``query`` with their distances, those within
+    ``score_threshold`` only, best first: Chatchat's search without filters (its knowledge
+    and file chats, its knowledge tool, ``search_temp_docs``)."""
+    top_k = min(top_k, MAX_TOP_K)
+    if top_k <= 0 or not query.strip():
+        return []
+    results = await service.search(owner, [base], query, top_k=top_k)
+    scored = zip(results, distances(results), strict=True)
+    return [(result, score) for result, score in scored if score <= score_threshold]
+
+
+async def search_documents(
+    service: KnowledgeService,
+    owner: str,
+    base: KnowledgeBase,
+    query: str,
+    *,
+    top_k: int,
+    score_threshold: float,
+) -> list[dict[str, Any]]:
+    """``scored_search``'s hits as Chatchat documents."""
+    found = await scored_search(
+        service, owner, base, query, top_k=top_k, score_threshold=score_threshold
+    )
+    return [document_json(result.chunk, score) for result, score in found]
 
 
 # --- helpers -----------------------------------------------------------------------------

@@ -136,7 +136,10 @@ class ChatCompletion(Shape):
     choices: list[Choice]
     usage: CompletionUsage
     parley: ParleyExtension
-    status: int = Field(description="Langchain-Chatchat's agent status (3 end, 5, 6).")
+    status: int | None = Field(
+        description="Langchain-Chatchat's agent status: 3 (the model's answer), 5 (an agent "
+        "that ran tools, or Chatchat's route with `tools`), null on Chatchat's route without."
+    )
     message_type: Literal[1]
     message_id: str
 
@@ -188,12 +191,27 @@ class ChatCompletionChunk(Shape):
         default=None, description="With stream_options.include_usage: null, then the totals."
     )
     parley: ParleyExtension
-    status: int | None = Field(default=None, description="Langchain-Chatchat's agent status.")
+    status: int | None = Field(
+        default=None,
+        description="Langchain-Chatchat's AgentStatus: 1 llm_start, 2 llm_new_token, 3 "
+        "llm_end, 5 agent_finish, 6 tool_start, 7 tool_end; null for text on Chatchat's "
+        "route without `tools`.",
+    )
     message_type: Literal[1] | None = None
     message_id: str
     tool_calls: list[ChatchatToolCall] | None = Field(
         default=None, description="Langchain-Chatchat: a server tool's start or end."
     )
+    is_ref: bool | None = Field(
+        default=None,
+        description="Langchain-Chatchat's direct tool call (`tool_choice` with `tool_input`): "
+        "the first chunk, the tool's result to show apart, with `tool_call`, `tool_output`, "
+        "`is_error` and `content` (its text).",
+    )
+    tool_call: str | None = None
+    tool_output: Any = None
+    is_error: bool | None = None
+    content: str | None = None
 
 
 class StreamErrorEvent(Shape):
@@ -201,7 +219,7 @@ class StreamErrorEvent(Shape):
 
     error: ErrorObject
     parley: ParleyExtension
-    status: Literal[-1]
+    status: Literal[8] = Field(description="Langchain-Chatchat's AgentStatus error.")
     message_id: str
 
 

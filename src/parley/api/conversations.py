@@ -4,7 +4,8 @@ message text holds it), read, rename, delete, cancel the reply in progress.
 A conversation's messages carry what a client needs to show them again after a reload:
 the parts (text, reasoning, images, files, tool calls with their results and approval
 state), citations, versions, and for a reply awaiting approval its ``pending_approvals``
-(each call's id, tool, arguments, and when approving it expires).
+(each call's id, tool, arguments, and when approving it expires). A reply given feedback
+(Chatchat's ``/chat/feedback``) carries ``feedback``: ``{score, reason, time}``, the latest.
 
 Deleting a conversation removes its workspace folder (tool files) too.
 
@@ -37,6 +38,7 @@ from parley.conversations.citations import Citation
 from parley.errors import NotFound
 from parley.messages import TextPart, parts_to_json, reply_text
 from parley.store.branches import Versions
+from parley.store.feedback import Feedback, FeedbackStore
 from parley.store.repository import StoredConversation, StoredMessage
 from parley.tools.workspaces import remove_workspace
 
@@ -80,6 +82,7 @@ def message_json(
     versions: Versions | None = None,
     citations: Sequence[Citation] | None = None,
     approval_ttl: float | None = None,
+    feedback: Feedback | None = None,
 ) -> dict[str, Any]:
     """``approval_ttl``: how long a call may wait for approval (``pending_approvals`` of
     a paused reply say when each expires)."""
@@ -88,6 +91,8 @@ def message_json(
         extra["pending_approvals"] = pending_approvals(message, approval_ttl, time.time())
     if citations:
         extra["citations"] = [c.to_json() for c in citations]
+    if feedback is not None:
+        extra["feedback"] = feedback.to_json()
     if versions is not None:
         extra["versions"] = {
             "count": len(versions.ids),
@@ -198,13 +203,14 @@ async def conversation_body(state: AppState, owner: str, conversation_id: str) -
         suggestions = await state.meta.suggestions(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None
-    cited = await state.citations.for_messages(
-        owner, [m.id for m, _ in branch if m.role == "assistant"]
-    )
+    replies = [m.id for m, _ in branch if m.role == "assistant"]
+    cited = await state.citations.for_messages(owner, replies)
+    rated = await FeedbackStore(state.database).for_messages(owner, replies)
+    ttl = state.settings.tools.approval_ttl_seconds
     return {
         **conversation_json(conversation),
         "messages": [
-            message_json(m, versions, cited.get(m.id), state.settings.tools.approval_ttl_seconds)
+            message_json(m, versions, cited.get(m.id), ttl, rated.get(m.id))
             for m, versions in branch
         ],
         "suggestions": suggestions,

@@ -6,6 +6,13 @@ an upstream failure of a chat answer says ``x-should-retry`` (``api/chat.py``).
 A body FastAPI refuses before any dependency runs (not JSON, not UTF-8, invalid) is
 answered 401 or 403 when the caller is not let in: authentication comes first.
 Messages never include request headers or provider keys.
+
+On Langchain-Chatchat's routes (``is_chatchat_path``) the body also carries Chatchat's
+``code`` (the HTTP status) and ``msg`` (the message) beside ``error``: Chatchat's client
+(``ApiRequest``, ``check_error_msg``) sees a failure only there, and the OpenAI SDKs on
+``/chat/chat/completions`` still read ``error``. ``ErrorResponse`` decides it when it is
+sent, from the request's path, so the refusals of the middlewares (admission,
+idempotency), which hold no request, get it too. The status stays the same.
 """
 
 from __future__ import annotations
@@ -14,12 +21,14 @@ import logging
 import math
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from parley.api.sse import error_body
 from parley.errors import InvalidRequest, ParleyError
@@ -27,7 +36,39 @@ from parley.errors import InvalidRequest, ParleyError
 log = logging.getLogger(__name__)
 
 
-def error_response(error: ParleyError, *, retry: bool | None = None) -> Response:
+CHATCHAT_ROUTES = ("/chat", "/knowledge_base", "/tools", "/other", "/server")
+"""The roots of Langchain-Chatchat's routes: its client reads failures as ``code``/``msg``."""
+
+
+def is_chatchat_path(path: str) -> bool:
+    """Whether ``path`` is one of Chatchat's routes (or a path under one of its roots,
+    an unknown one too: Chatchat's client is what calls there)."""
+    return any(path == root or path.startswith(root + "/") for root in CHATCHAT_ROUTES)
+
+
+class ErrorResponse(Response):
+    """The OpenAI error body of ``error``; sent on a Chatchat route (``is_chatchat_path``),
+    with ``code`` and ``msg`` added at the top level."""
+
+    media_type = "application/json"
+
+    def __init__(self, error: ParleyError, headers: dict[str, str]) -> None:
+        self.error = error
+        super().__init__(
+            error_body(error.message, error.type, error.code, error.param),
+            status_code=error.status,
+            headers=headers,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and is_chatchat_path(scope["path"]):
+            body = {**orjson.loads(self.body), "code": self.status_code, "msg": self.error.message}
+            self.body = orjson.dumps(body)
+            self.headers["content-length"] = str(len(self.body))
+        await super().__call__(scope, receive, send)
+
+
+def error_response(error: ParleyError, *, retry: bool | None = None) -> ErrorResponse:
     """``retry``: whether a client should send the request again, as the OpenAI SDKs
     read it (``x-should-retry``, which they obey over their own rules; None: unsaid)."""
     headers: dict[str, str] = {}
@@ -35,12 +76,7 @@ def error_response(error: ParleyError, *, retry: bool | None = None) -> Response
         headers["retry-after"] = str(max(1, math.ceil(error.retry_after or 1)))
     if retry is not None:
         headers["x-should-retry"] = "true" if retry else "false"
-    return Response(
-        error_body(error.message, error.type, error.code, error.param),
-        status_code=error.status,
-        media_type="application/json",
-        headers=headers,
-    )
+    return ErrorResponse(error, headers)
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}

@@ -11,7 +11,9 @@ FastAPI writes most of ``/openapi.json`` from the routes; ``install`` finishes i
   (``api/errors.py``), so 422 is replaced by 400. Every secured operation may answer 401
   and 403 (a key that is missing or wrong; a key that may not do this, or keyless access
   from a page elsewhere), one with parameters or a body 400, one with path parameters
-  404. A route names its other failures itself: ``answers(..., errors=(409,))``.
+  404. A route names its other failures itself: ``answers(..., errors=(409,))``. On
+  Langchain-Chatchat's routes (``is_chatchat_path``) a failure also carries Chatchat's
+  ``code`` and ``msg`` (``ChatchatErrorResponse``).
 - **Idempotency-Key**: every POST and PATCH takes the header (``api/idempotency.py``),
   and may answer 409 and 422 for it (but those it does not cover: ``NOT_COVERED``).
 - **Bodies declared by hand** (routes that read their own body, to authenticate first or
@@ -38,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from parley.api.errors import is_chatchat_path
 from parley.api.idempotency import NOT_COVERED
 
 REF = "#/components/schemas/{model}"
@@ -102,6 +105,16 @@ class ErrorResponse(BaseModel):
     error: ErrorObject
 
 
+class ChatchatErrorResponse(BaseModel):
+    """On Langchain-Chatchat's routes: the OpenAI error object, with Chatchat's ``code``
+    (the HTTP status) and ``msg`` (the message) beside it, where its client looks."""
+
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorObject
+    code: int
+    msg: str
+
+
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """A reference to ``model``'s schema, carrying its definitions (moved into the
     components when the document is finished)."""
@@ -110,11 +123,12 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"$ref": REF.format(model=model.__name__), "$defs": {**defs, model.__name__: schema}}
 
 
-def failure(status: int) -> dict[str, Any]:
-    """The documented response of one failure status."""
+def failure(status: int, *, chatchat: bool = False) -> dict[str, Any]:
+    """The documented response of one failure status (``chatchat``: on Chatchat's routes)."""
+    body = ChatchatErrorResponse if chatchat else ErrorResponse
     response: dict[str, Any] = {
         "description": FAILURES[status],
-        "content": {"application/json": {"schema": model_schema(ErrorResponse)}},
+        "content": {"application/json": {"schema": model_schema(body)}},
     }
     if status in (429, 503):
         response["headers"] = _RETRY_AFTER
@@ -222,7 +236,7 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
         for method, operation in item.items():
             if method in METHODS:
                 idempotent = method in ("post", "patch") and path not in NOT_COVERED
-                _finish_operation(operation, idempotent=idempotent)
+                _finish_operation(operation, idempotent=idempotent, chatchat=is_chatchat_path(path))
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
@@ -234,9 +248,10 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def _finish_operation(operation: dict[str, Any], *, idempotent: bool) -> None:
+def _finish_operation(operation: dict[str, Any], *, idempotent: bool, chatchat: bool) -> None:
     """Security and the shared failures; ``idempotent``: the operation takes an
-    ``Idempotency-Key`` (POST and PATCH: ``api/idempotency.py``)."""
+    ``Idempotency-Key`` (POST and PATCH: ``api/idempotency.py``); ``chatchat``: it is one
+    of Chatchat's routes, whose failures carry ``code`` and ``msg`` too."""
     responses: dict[str, Any] = operation.setdefault("responses", {})
     if responses.get("422", {}).get("description") == "Validation Error":
         del responses["422"]  # FastAPI's: Parley answers 400 (api/errors.py)
@@ -253,6 +268,11 @@ def _finish_operation(operation: dict[str, Any], *, idempotent: bool) -> None:
         shared.append(404)
     for status in shared:
         responses.setdefault(str(status), failure(status))
+    if chatchat:  # the shared failures and those the route names (``answers``)
+        for name, response in responses.items():
+            code = int(name) if name.isdigit() else 0
+            if code in FAILURES and response == failure(code):
+                responses[name] = failure(code, chatchat=True)
     operation["responses"] = dict(sorted(responses.items()))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,18 +27,12 @@ from parley.api.coalesce import Coalescer, Kind
 from parley.api.errors import error_response
 from parley.api.sse import (
     DONE,
-    STATUS_AGENT_FINISH,
-    STATUS_LLM_END,
-    STATUS_LLM_NEW_TOKEN,
-    STATUS_LLM_START,
-    STATUS_TOOL_APPROVAL,
-    STATUS_TOOL_END,
-    STATUS_TOOL_START,
     ChunkEncoder,
     EventStream,
     usage_to_openai,
 )
 from parley.api.state import AppState
+from parley.api.statuses import OPENAI, AgentStatus, Dialect
 from parley.conversations.generation import Generation
 from parley.errors import (
     ParleyError,
@@ -114,10 +108,29 @@ def _summary(generation: Generation) -> dict[str, Any]:
     return extra
 
 
-def _finish_status(generation: Generation) -> int:
-    if generation.turn.pending_calls():
-        return STATUS_TOOL_APPROVAL
-    return STATUS_AGENT_FINISH if generation.turn.server_calls() else STATUS_LLM_END
+def _finish_status(generation: Generation, dialect: Dialect) -> int | None:
+    turn = generation.turn
+    return dialect.finish(tools_ran=bool(turn.server_calls()), waiting=bool(turn.pending_calls()))
+
+
+def _chatchat_call(
+    dialect: Dialect, tool: dict[str, Any], result: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A server tool's start or end in the delta, as Chatchat's agent chat sends it
+    (``delta.tool_calls``, with ``tool_output`` and ``is_error``); None on other routes,
+    whose clients would take a call in the delta for one of their own to run."""
+    if not dialect.tool_calls_in_delta:
+        return None
+    function = {"name": tool["name"], "arguments": tool["arguments"]}
+    call = {"index": 0, "id": tool["id"], "type": "function", "function": function}
+    return {"content": "", "tool_calls": [{**call, **result}]}
+
+
+def _final_answer(generation: Generation, dialect: Dialect) -> str | None:
+    """The whole answer again for the last chunk, when the dialect repeats it."""
+    if not dialect.repeats_answer(waiting=bool(generation.turn.pending_calls())):
+        return None
+    return shown_text(generation)
 
 
 def stream_response(
@@ -127,9 +140,14 @@ def stream_response(
     *,
     coalesce_ms: int = 0,
     legacy: bool = False,
+    dialect: Dialect = OPENAI,
+    header: Sequence[dict[str, Any]] = (),
 ) -> Response:
     """``legacy``: the request gave ``functions``, so its call is streamed as
-    ``delta.function_call`` and it finishes with ``function_call``."""
+    ``delta.function_call`` and it finishes with ``function_call``. ``dialect``: how
+    the chunks' Chatchat ``status`` is numbered. ``header``: chunks sent first, before
+    the role chunk (an empty delta, these fields at the top level: Chatchat's knowledge
+    chat sends its ``docs`` so)."""
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
         created=generation.created,
@@ -141,11 +159,13 @@ def stream_response(
     usage: list[Usage] = []
     failed_first: list[ParleyError] = []
 
+    token = dialect.text(AgentStatus.LLM_NEW_TOKEN)
+
     def run(write: Callable[[bytes | None], Awaitable[None]]) -> None:
         started = False
 
         async def write_text(kind: Kind, text: str) -> None:
-            await write(encoder.delta({kind: text}))
+            await write(encoder.delta({kind: text}, token))
 
         coalescer = Coalescer(coalesce_ms / 1000, write_text) if coalesce_ms else None
 
@@ -214,20 +234,23 @@ def stream_response(
                         usage.append(event.usage)
                     return  # nothing to show (or clear) yet: the 200 waits for output
                 started = True
-                await write(encoder.delta({"role": "assistant", "content": ""}, STATUS_LLM_START))
+                for fields in header:
+                    await write(encoder.progress(dialect.text(AgentStatus.LLM_START), {}, fields))
+                role = {"role": "assistant", "content": ""}
+                await write(encoder.delta(role, dialect.text(AgentStatus.LLM_START)))
             match event:
                 case TextDelta(text=text):
-                    await write(encoder.delta({"content": text}))
+                    await write(encoder.delta({"content": text}, token))
                 case ReasoningDelta(text=text):
                     if text:
-                        await write(encoder.delta({"reasoning_content": text}))
+                        await write(encoder.delta({"reasoning_content": text}, token))
                 case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments) if (
                     legacy
                 ):
                     if index == 0:  # a legacy reply has one call (parallel calls are off)
                         legacy_call = {"name": name, "arguments": arguments} if name else {}
                         legacy_call.setdefault("arguments", arguments)
-                        await write(encoder.delta({"function_call": legacy_call}))
+                        await write(encoder.delta({"function_call": legacy_call}, token))
                 case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
                     function: dict[str, str] = {"arguments": arguments}
                     call: dict[str, Any] = {"index": index}
@@ -238,31 +261,28 @@ def stream_response(
                     elif name:
                         function["name"] = name
                     call["function"] = function
-                    await write(encoder.delta({"tool_calls": [call]}))
+                    await write(encoder.delta({"tool_calls": [call]}, token))
                 case ToolStarted(call_id=call_id, name=name, arguments=arguments):
                     tool = {"id": call_id, "name": name, "arguments": arguments}
+                    result: dict[str, Any] = {"tool_output": None, "is_error": False}
                     await write(
                         encoder.progress(
-                            STATUS_TOOL_START,
+                            AgentStatus.TOOL_START,
                             {"tool": {"phase": "start", **tool}},
-                            {"tool_calls": [{**tool, "tool_output": None, "is_error": False}]},
+                            {"tool_calls": [{**tool, **result}]},
+                            delta=_chatchat_call(dialect, tool, result),
                         )
                     )
                 case ToolFinished():
                     tool = {"id": event.call_id, "name": event.name, "arguments": event.arguments}
                     result = {"tool_output": event.output, "is_error": event.is_error}
+                    seconds = round(event.seconds, 3)
                     await write(
                         encoder.progress(
-                            STATUS_TOOL_END,
-                            {
-                                "tool": {
-                                    "phase": "end",
-                                    **tool,
-                                    **result,
-                                    "seconds": round(event.seconds, 3),
-                                }
-                            },
+                            AgentStatus.TOOL_END,
+                            {"tool": {"phase": "end", **tool, **result, "seconds": seconds}},
                             {"tool_calls": [{**tool, **result}]},
+                            delta=_chatchat_call(dialect, tool, result),
                         )
                     )
                 case Restart():
@@ -274,21 +294,24 @@ def stream_response(
                         "clear": event.clear,
                         "keep_content_chars": event.keep_content_chars,
                     }
-                    await write(encoder.progress(STATUS_LLM_NEW_TOKEN, {"restart": restart}))
+                    await write(encoder.progress(token, {"restart": restart}))
                 case Status(name=name, detail=detail):
                     # "thinking" opens each later step of an agent turn (Chatchat llm_start)
-                    code = STATUS_LLM_START if name == "thinking" else STATUS_LLM_NEW_TOKEN
+                    step = AgentStatus.LLM_NEW_TOKEN
+                    if name == "thinking":
+                        step = AgentStatus.LLM_START
                     status = {"name": name, "detail": detail}
-                    await write(encoder.progress(code, {"status": status}))
+                    await write(encoder.progress(dialect.text(step), {"status": status}))
                 case Logprobs():
-                    await write(encoder.logprobs(event))
+                    await write(encoder.logprobs(event, token))
                 case UsageEvent(usage=event_usage):
                     usage.append(event_usage)
                 case Done(stop_reason=reason):
                     frames = encoder.finish(
                         _finish_reason(reason, legacy),
                         _summary(generation),
-                        _finish_status(generation),
+                        _finish_status(generation, dialect),
+                        _final_answer(generation, dialect),
                     )
                     if include_usage:
                         frames += encoder.usage(usage[-1] if usage else Usage())
@@ -320,16 +343,26 @@ def _finish_reason(reason: StopReason, legacy: bool) -> str:
 
 
 async def collect(
-    state: AppState, generation: Generation, request: Request, *, legacy: bool = False
+    state: AppState,
+    generation: Generation,
+    request: Request,
+    *,
+    legacy: bool = False,
+    dialect: Dialect = OPENAI,
+    header: Sequence[dict[str, Any]] = (),
 ) -> Response:
+    """The whole reply as one ``chat.completion`` (``header``'s fields at its top level)."""
     try:
         reply = await finished(state, generation, request)
     except ProviderError as exc:
         if exc.status >= 500:  # logged as api/errors.py does
             log.warning("%s: %s", type(exc).__name__, exc.message)
         return failure_response(exc, generation)
+    body = completion_body(generation, reply, legacy=legacy, dialect=dialect)
+    for fields in header:
+        body.update(fields)
     return Response(
-        orjson.dumps(completion_body(generation, reply, legacy=legacy)),
+        orjson.dumps(body),
         media_type="application/json",
         headers=_headers(generation),
     )
@@ -390,22 +423,29 @@ async def finished(state: AppState, generation: Generation, request: Request) ->
     return Finished(last, usage[-1] if usage else Usage(), joined)
 
 
-def completion_body(
-    generation: Generation, reply: Finished, *, legacy: bool = False
-) -> dict[str, Any]:
-    """The ``chat.completion`` object of a finished generation (``legacy``: its call
-    named in ``function_call``, as the request gave ``functions``)."""
-    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
-    parts = generation.turn.parts()
-    text = reply_text(parts)
-    reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
-    calls = generation.turn.unanswered_calls()  # the client's to run
-    ran = generation.turn.server_calls()
+def shown_text(generation: Generation) -> str:
+    """The reply's text as the client is shown it (the assistant's display rules
+    applied, and its storage rules if the reply was not stored)."""
+    text = reply_text(generation.turn.parts())
     if generation.rules:
         rules, budget = generation.rules, generation.rule_budget
         if not generation.stored:  # saved replies had the storage rules applied then
             text = apply_rules(text, rules, "assistant", for_storage=True, budget=budget)
         text = apply_rules(text, rules, "assistant", for_storage=False, budget=budget)
+    return text
+
+
+def completion_body(
+    generation: Generation, reply: Finished, *, legacy: bool = False, dialect: Dialect = OPENAI
+) -> dict[str, Any]:
+    """The ``chat.completion`` object of a finished generation (``legacy``: its call
+    named in ``function_call``, as the request gave ``functions``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
+    parts = generation.turn.parts()
+    text = shown_text(generation)
+    reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
+    calls = generation.turn.unanswered_calls()  # the client's to run
+    ran = generation.turn.server_calls()
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -431,7 +471,7 @@ def completion_body(
         ],
         "usage": usage_to_openai(reply.usage),
         "parley": {**_parley(generation), **_summary(generation), "tools": tool_report(ran)},
-        "status": _finish_status(generation),
+        "status": _finish_status(generation, dialect),
         "message_type": 1,
         "message_id": generation.message_id,
     }

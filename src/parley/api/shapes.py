@@ -93,6 +93,14 @@ class PendingCall(Shape):
     expired: bool
 
 
+class Feedback(Shape):
+    """The latest feedback on a reply (Chatchat's ``POST /chat/feedback``)."""
+
+    score: int = Field(ge=0, le=100)
+    reason: str
+    time: float = Field(description="When it was given (seconds since the epoch).")
+
+
 class Message(Shape):
     id: str
     object: Literal["conversation.message"]
@@ -112,6 +120,7 @@ class Message(Shape):
     pending_approvals: list[PendingCall] | None = Field(
         default=None, description="A reply awaiting approval: the calls that wait."
     )
+    feedback: Feedback | None = Field(default=None, description="Replies given feedback only.")
 
 
 class ConversationDetail(Conversation):

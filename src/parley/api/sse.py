@@ -16,18 +16,9 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from parley.api.statuses import AgentStatus
 from parley.events import Logprobs
 from parley.messages import Usage
-
-# Langchain-Chatchat agent status numbers
-STATUS_LLM_START = 1
-STATUS_LLM_NEW_TOKEN = 2
-STATUS_LLM_END = 3
-STATUS_AGENT_FINISH = 5
-STATUS_TOOL_APPROVAL = 6  # Chatchat: a tool call waits for a person's approval
-STATUS_TOOL_START = 7
-STATUS_TOOL_END = 8
-STATUS_ERROR = -1
 
 KEEPALIVE = b": ping\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -81,9 +72,9 @@ class ChunkEncoder:
         self._message_id = orjson.dumps(message_id)
         self._usage_null = b',"usage":null' if include_usage else b""
         self._head = head
-        self._tails: dict[tuple[int, bytes], bytes] = {}
+        self._tails: dict[tuple[int | None, bytes], bytes] = {}
 
-    def _tail(self, status: int, finish: bytes) -> bytes:
+    def _tail(self, status: int | None, finish: bytes) -> bytes:
         key = (status, finish)
         tail = self._tails.get(key)
         if tail is None:
@@ -96,7 +87,7 @@ class ChunkEncoder:
                 + b',"parley":'
                 + orjson.dumps(self._parley)
                 + b',"status":'
-                + str(status).encode()
+                + (b"null" if status is None else str(int(status)).encode())
                 + b',"message_type":1,"message_id":'
                 + self._message_id
                 + b"}\n\n"
@@ -104,34 +95,45 @@ class ChunkEncoder:
             self._tails[key] = tail
         return tail
 
-    def delta(self, delta: dict[str, Any], status: int = STATUS_LLM_NEW_TOKEN) -> bytes:
+    def delta(self, delta: dict[str, Any], status: int | None = AgentStatus.LLM_NEW_TOKEN) -> bytes:
         return self._prefix + orjson.dumps(delta) + self._tail(status, b"null")
 
-    def logprobs(self, logprobs: Logprobs) -> bytes:
+    def logprobs(self, logprobs: Logprobs, status: int | None = AgentStatus.LLM_NEW_TOKEN) -> bytes:
         """A chunk with an empty delta carrying the log probabilities of the tokens
         sent before it."""
         entries = {"content": list(logprobs.content), "refusal": list(logprobs.refusal)}
-        tail = self._tail(STATUS_LLM_NEW_TOKEN, b"null")[len(_NO_LOGPROBS) :]
+        tail = self._tail(status, b"null")[len(_NO_LOGPROBS) :]
         return self._prefix + b"{}" + b',"logprobs":' + orjson.dumps(entries) + tail
 
     def finish(
         self,
         finish_reason: str,
         extra: dict[str, Any] | None = None,
-        status: int = STATUS_LLM_END,
+        status: int | None = AgentStatus.LLM_END,
+        content: str | None = None,
     ) -> bytes:
+        """The last chunk; ``content``: the whole answer again (Chatchat's
+        agent_finish)."""
         if extra:
             self._parley = {**self._parley, **extra}
             self._tails.clear()
-        return self._prefix + b"{}" + self._tail(status, orjson.dumps(finish_reason))
+        delta = b"{}" if content is None else orjson.dumps({"content": content})
+        return self._prefix + delta + self._tail(status, orjson.dumps(finish_reason))
 
     def progress(
-        self, status: int, parley: dict[str, Any], top: dict[str, Any] | None = None
+        self,
+        status: int | None,
+        parley: dict[str, Any],
+        top: dict[str, Any] | None = None,
+        *,
+        delta: dict[str, Any] | None = None,
     ) -> bytes:
-        """A chunk with an empty delta that reports progress in the extension fields
-        (``parley`` merged into the response's own, plus Chatchat's top-level fields)."""
+        """A chunk that reports progress in the extension fields (``parley`` merged into
+        the response's own, plus Chatchat's top-level fields), its delta empty unless
+        given."""
         chunk = orjson.loads(self._head)
-        chunk["choices"] = [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}]
+        choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": None}
+        chunk["choices"] = [choice]
         if self._usage_null:
             chunk["usage"] = None
         chunk["parley"] = {**self._parley, **parley}
@@ -159,7 +161,7 @@ class ChunkEncoder:
         payload = {
             "error": {"message": message, "type": type_, "param": None, "code": code},
             "parley": self._parley,
-            "status": STATUS_ERROR,
+            "status": int(AgentStatus.ERROR),
             "message_id": orjson.loads(self._message_id),
         }
         return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from parley.api.chatchat_tool_names import resolve, skipped_note
 from parley.api.wire_models import (
     MAX_DECISIONS,
     ApprovalDecision,
@@ -49,6 +50,7 @@ from parley.messages import (
 from parley.providers.protocol import REQUEST_OPTIONS, TokensField
 from parley.settings import ChatSettings
 from parley.tools.registry import ToolRegistry
+from parley.transforms.images import own_image_id
 
 _PASSTHROUGH = sorted(REQUEST_OPTIONS)
 
@@ -65,6 +67,8 @@ def to_turn(
     """Validate limits and convert the wire request into the service's ``ChatTurn``."""
     _check_limits(body, limits)
     extra = body.extra_body or {}
+    skipped: list[str] = []  # Chatchat's route: tools named that Parley does not have
+    lenient = source == "chatchat"
     conversation_id = body.conversation_id or _str_or_none(extra.get("conversation_id"))
     messages, trailing, orphans = to_messages(body.messages)
     max_tokens = body.max_completion_tokens or body.max_tokens or None
@@ -81,15 +85,19 @@ def to_turn(
     }
     if body.functions is not None:  # legacy: the same as tools
         legacy: list[WireTool | str] = [WireTool(function=f) for f in body.functions]
-        client_tools, server_tools = _tool_specs(legacy, tools)
+        client_tools, server_tools = _tool_specs(legacy, tools, skipped if lenient else None)
         choice = body.function_call
         tool_choice = _tool_choice(
             choice.name if isinstance(choice, LegacyFunctionChoice) else choice
         )
         options.setdefault("parallel_tool_calls", False)  # a legacy reply names one call
     else:
-        client_tools, server_tools = _tool_specs(body.tools or [], tools)
+        client_tools, server_tools = _tool_specs(
+            body.tools or [], tools, skipped if lenient else None
+        )
         tool_choice = _tool_choice(body.tool_choice)
+    if lenient:
+        tool_choice = _chatchat_choice(tool_choice, tools, skipped)
     approvals = _decisions(body.approvals if body.approvals is not None else extra.get("approvals"))
     tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
     if isinstance(tool_config, dict):
@@ -97,12 +105,10 @@ def to_turn(
             raise InvalidRequest(
                 f"too many tools ({len(tool_config)} > {limits.max_tools})", param="tool_config"
             )
-        for name in tool_config:
-            if name not in tools and not is_mcp_tool(name):
-                raise InvalidRequest(
-                    f"unknown server tool {name!r}", param="tool_config", code="unknown_tool"
-                )
-        server_tools = (*server_tools, *(n for n in tool_config if n not in server_tools))
+        configured = _server_tool_names(
+            [("tool_config", name) for name in tool_config], tools, skipped if lenient else None
+        )
+        server_tools = (*server_tools, *(n for n in configured if n not in server_tools))
     return ChatTurn(
         owner=caller.owner,
         caller=caller,
@@ -133,6 +139,7 @@ def to_turn(
             "knowledge_bases",
         ),
         use_mcp=_use_mcp(body.use_mcp if body.use_mcp is not None else extra.get("use_mcp")),
+        notes=(skipped_note(list(dict.fromkeys(skipped))),) if skipped else (),
     )
 
 
@@ -406,14 +413,21 @@ def _content_parts(content: str | list[Content] | None, index: int) -> list[Part
         elif isinstance(item, FileContent):
             parts.append(_file_part(item.file, index))
         else:
-            url = item.image_url.url
-            if not url.startswith(("http://", "https://", "data:image/")):
-                raise InvalidRequest(
-                    "image_url must be an http(s) or data:image URL",
-                    param=f"messages.{index}.content",
-                )
-            parts.append(ImagePart(url, item.image_url.detail))
+            parts.append(_image_part(item, index))
     return parts
+
+
+def _image_part(item: ImageContent, index: int) -> ImagePart:
+    """An http(s) or ``data:image`` URL, or the path of an image of this server
+    (``/v1/files/{id}``). A URL of this server's own file stays a URL here: the service,
+    which has the caller's images, sends it on as the image (``inline_own_images``)."""
+    url = item.image_url.url
+    if not url.startswith(("http://", "https://", "data:image/")) and not own_image_id(url):
+        raise InvalidRequest(
+            "image_url must be an http(s) or data:image URL, or /v1/files/{id} of this server",
+            param=f"messages.{index}.content",
+        )
+    return ImagePart(url, item.image_url.detail)
 
 
 def _file_part(file: FileData, index: int) -> FilePart:
@@ -446,33 +460,61 @@ def _text_of(content: str | list[Content] | None) -> str:
     return "".join(c.text for c in content if isinstance(c, TextContent))
 
 
+def _server_tool_names(
+    names: list[tuple[str, str]], registry: ToolRegistry, skipped: list[str] | None
+) -> list[str]:
+    """Server tools named by the request, as Parley names them (Chatchat's names
+    resolved). A name Parley has no tool for is a 400, or, with ``skipped`` (Chatchat's
+    route), left out and added to it. MCP tools are checked by the service."""
+    found: list[str] = []
+    for param, name in names:
+        resolved = name if is_mcp_tool(name) else resolve(name, registry)
+        if resolved is None and skipped is not None:
+            skipped.append(name)
+        elif resolved is None:
+            raise InvalidRequest(f"unknown server tool {name!r}", param=param, code="unknown_tool")
+        elif resolved not in found:
+            found.append(resolved)
+    return found
+
+
 def _tool_specs(
-    tools: list[WireTool | str], registry: ToolRegistry
+    tools: list[WireTool | str], registry: ToolRegistry, skipped: list[str] | None = None
 ) -> tuple[tuple[ToolSpec, ...], tuple[str, ...]]:
     """(client tools, names of server tools given as plain strings)."""
     specs: list[ToolSpec] = []
-    server: list[str] = []
-    for index, tool in enumerate(tools):
+    named = [(f"tools.{i}", tool) for i, tool in enumerate(tools) if isinstance(tool, str)]
+    for tool in tools:
         if isinstance(tool, str):
-            if tool not in registry and not is_mcp_tool(tool):  # MCP: checked by the service
-                raise InvalidRequest(
-                    f"unknown server tool {tool!r}",
-                    param=f"tools.{index}",
-                    code="unknown_tool",
-                )
-            if tool not in server:
-                server.append(tool)
-        else:
-            function = tool.function
-            specs.append(
-                ToolSpec(
-                    function.name,
-                    function.description or "",
-                    function.parameters or {"type": "object", "properties": {}},
-                    strict=function.strict,
-                )
+            continue
+        function = tool.function
+        specs.append(
+            ToolSpec(
+                function.name,
+                function.description or "",
+                function.parameters or {"type": "object", "properties": {}},
+                strict=function.strict,
             )
-    return tuple(specs), tuple(server)
+        )
+    return tuple(specs), tuple(_server_tool_names(named, registry, skipped))
+
+
+def _chatchat_choice(
+    choice: str | dict[str, Any] | None, registry: ToolRegistry, skipped: list[str]
+) -> str | dict[str, Any] | None:
+    """On Chatchat's route, a choice of a tool by Chatchat's name is the Parley tool it
+    stands for, and a choice of a skipped tool is no choice."""
+    if not isinstance(choice, dict):
+        return choice
+    name = (choice.get("function") or {}).get("name")
+    if not isinstance(name, str) or is_mcp_tool(name):
+        return choice
+    if name in skipped:
+        return None
+    resolved = resolve(name, registry)
+    if resolved is None or resolved == name:
+        return choice
+    return {"type": "function", "function": {"name": resolved}}
 
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:

@@ -74,13 +74,13 @@ class Reaches:
         if assistant is not None and assistant.memory.enabled and self._memory is not None:
             memory_scope = assistant.id if assistant.memory.scope == "assistant" else "global"
             retrieval = assistant.memory.retrieval
-        if not bases and memory_scope is None:
-            return NO_REACH, notes
+        if not bases and memory_scope is None:  # tools may still search by name (Chatchat's)
+            return (NO_REACH if knowledge is None else Reach(knowledge=knowledge)), notes
         return (
             Reach(
                 assistant_id=assistant.id if assistant else None,
                 knowledge_bases=bases,
-                knowledge=knowledge if bases else None,
+                knowledge=knowledge,
                 memory=self._memory if memory_scope else None,
                 memory_scope=memory_scope,
                 memory_retrieval=retrieval,

@@ -70,7 +70,7 @@ from parley.store.repository import ConversationStore, NewMessage, StoredMessage
 from parley.tools.builtins.workspace import SEARCH_SECONDS
 from parley.tools.protocol import Reach
 from parley.tools.registry import ToolRegistry
-from parley.transforms.images import ImageSaver
+from parley.transforms.images import ImageSaver, inline_own_images
 from parley.transforms.output import store_user_messages, turn_budget
 
 log = logging.getLogger(__name__)
@@ -205,11 +205,16 @@ class ConversationService:
             raise InvalidRequest(
                 "approvals need the conversation_id of the paused reply", param="approvals"
             )
+        # an image URL of this server's own file: the caller's image, inline (upstreams
+        # cannot fetch Parley's URLs); another's or a missing one is the request's 400
+        messages = await inline_own_images(turn.messages, turn.owner, self.images)
+        turn = replace(turn, messages=messages)
         if turn.create_missing and turn.conversation_id is not None:
             turn = replace(turn, conversation_id=await self._history.claimed(turn))
         # the request's own errors first: a bad request must not stop the reply in progress
         assistant = await self._check(turn)
         reach, notes = await self._reaches.resolve(turn.owner, turn.knowledge_bases, assistant)
+        notes = [*turn.notes, *notes]
         if turn.conversation_id is None or not turn.store:
             generation = await self._prepare(turn, assistant, reach, notes)
             if generation.conversation_id is not None and generation.stored:

@@ -90,3 +90,6 @@ class ChatTurn:
     """Knowledge bases to search for this turn, by id or name (empty: the assistant's)."""
     use_mcp: bool | None = None
     """Offer every enabled MCP server's tools (None: the source's default)."""
+    notes: tuple[str, ...] = ()
+    """What the request asked for that the reply goes without (Chatchat tool names Parley
+    has no tool for); the reply's ``parley.notes`` carry them."""

@@ -105,6 +105,12 @@ class KnowledgeSettings(_Section):
     vector_cache_mb: int = Field(
         default=512, ge=1, description="Vectors kept in memory for search, all bases together."
     )
+    temporary_ttl_seconds: int = Field(
+        default=86_400,
+        ge=1,
+        description="How long a temporary knowledge base (Chatchat's file chat, "
+        "upload_temp_docs) lives after its last upload; then it is deleted with its files.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> KnowledgeSettings:

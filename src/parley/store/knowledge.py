@@ -11,6 +11,10 @@ are stale. A base being deleted is marked ``deleting`` and renamed to its id (na
 never start with ``kb_``): hidden from every query at once, its name free again, while
 its chunks are purged in the background.
 
+A base with an ``expires_at`` is temporary (Langchain-Chatchat's file chat,
+``knowledge/temporary.py``): left out of ``bases`` (the listings), found by id like any
+other, and deleted once expired by whoever sweeps (``expired``).
+
 What does not belong here: files on disk and the ingestion queue (``knowledge/``),
 chunks (``knowledge/index.py``).
 """
@@ -55,6 +59,8 @@ class KnowledgeBase:
     """Counted when listed or read: all documents, whatever their status."""
     chunks: int = 0
     """Chunks of ready documents."""
+    expires_at: float | None = None
+    """When a temporary base is due for deletion; None: a permanent base."""
 
 
 class KnowledgeStore(DocumentOps):
@@ -71,8 +77,10 @@ class KnowledgeStore(DocumentOps):
         description: str = "",
         chunk_size: int,
         chunk_overlap: int,
+        expires_at: float | None = None,
     ) -> KnowledgeBase:
-        """``Conflict`` when the owner already has a knowledge base by this name."""
+        """``Conflict`` when the owner already has a knowledge base by this name.
+        ``expires_at`` makes it temporary from its first moment (never listed)."""
         now = time.time()
         values = {
             "id": new_id("kb"),
@@ -86,6 +94,7 @@ class KnowledgeStore(DocumentOps):
             "version": 0,
             "created_at": now,
             "updated_at": now,
+            "expires_at": expires_at,
         }
 
         def transaction(conn: Connection) -> None:
@@ -159,9 +168,12 @@ class KnowledgeStore(DocumentOps):
     async def bases(
         self, owner: str, *, limit: int, after: str | None = None
     ) -> list[KnowledgeBase]:
-        """Newest first, with counts; ``after``: the last id of the previous page."""
+        """Newest first, with counts; ``after``: the last id of the previous page.
+        Permanent bases only: temporary ones are a file chat's, not the owner's library."""
         table = knowledge_bases.c
-        statement = select(knowledge_bases).where(table.owner == owner, _LIVE)
+        statement = select(knowledge_bases).where(
+            table.owner == owner, _LIVE, table.expires_at.is_(None)
+        )
         if after is not None:
             pivot = (
                 select(table.created_at)
@@ -205,6 +217,42 @@ class KnowledgeStore(DocumentOps):
         except IntegrityError:
             raise _name_taken(name or "") from None
         return await self.get(owner, kb_id)
+
+    async def set_expiry(self, owner: str, kb_id: str, expires_at: float) -> None:
+        """Move a temporary base's expiry (a permanent base stays permanent).
+        ``LookupError``: not the owner's live temporary base."""
+
+        def transaction(conn: Connection) -> None:
+            changed = conn.execute(
+                update(knowledge_bases)
+                .where(
+                    knowledge_bases.c.id == kb_id,
+                    knowledge_bases.c.owner == owner,
+                    knowledge_bases.c.expires_at.is_not(None),
+                    _LIVE,
+                )
+                .values(expires_at=expires_at)
+            ).rowcount
+            if not changed:
+                raise LookupError(kb_id)
+
+        await self._db.write(transaction)
+
+    async def expired(self, now: float, *, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` live temporary bases expired at ``now``, as (owner, id),
+        the longest expired first."""
+        table = knowledge_bases.c
+        statement = (
+            select(table.owner, table.id)
+            .where(table.expires_at <= now, _LIVE)
+            .order_by(table.expires_at, table.id)
+            .limit(limit)
+        )
+
+        def query(conn: Connection) -> list[tuple[str, str]]:
+            return [(str(owner), str(kb_id)) for owner, kb_id in conn.execute(statement)]
+
+        return await self._db.read(query)
 
     async def set_embedding_model(self, kb_id: str, model: str, dimensions: int) -> bool:
         """Record the base's embedding model if it has none yet; whether ``model`` is
@@ -315,6 +363,7 @@ def _base(row: Any) -> KnowledgeBase:
         version=row["version"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        expires_at=row["expires_at"],
     )
 
 

@@ -201,7 +201,11 @@ knowledge_bases = Table(
     Column("deleting", Boolean, nullable=False, server_default=false()),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # a temporary base (Chatchat's file chat, knowledge/temporary.py) is deleted after
+    # this time and left out of the listings; null: a permanent base
+    Column("expires_at", Float, nullable=True),
     UniqueConstraint("owner", "name", name="uq_knowledge_bases_owner_name"),
+    Index("ix_knowledge_bases_expires", "expires_at"),
 )
 
 # a document is its own ingestion job: queued -> indexing -> ready | failed | cancelled;
@@ -353,4 +357,22 @@ web_sessions = Table(
     Column("expires_at", Float, nullable=False),
     Index("ix_web_sessions_expires", "expires_at"),
     Index("ix_web_sessions_key", "key_id"),
+)
+
+# Feedback on a reply (store/feedback.py; Chatchat's POST /chat/feedback): one row per
+# message, the latest score (0-100) and reason; ``updated_at`` is when it was last given
+message_feedback = Table(
+    "message_feedback",
+    metadata,
+    Column(
+        "message_id",
+        String(40),
+        ForeignKey("messages.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("owner", String(200), nullable=False),
+    Column("score", Integer, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )

@@ -3,10 +3,11 @@
 Each module holds a family of tools written with ``function_tool``: ``session.py``
 (time, conversation search, capabilities, ``activate_tools``), ``web.py``
 (``web_fetch``), ``workspace.py`` (the per-conversation file tools and the optional
-shell); the memory tools (``memory/tools.py``) and knowledge tools
-(``knowledge/tools.py``) live with their services. Registering a tool only makes it
-exist: a request still has to enable it by name (or ``tools.default_tools``, or the
-knowledge and memory of its assistant).
+shell), ``calculate.py`` and ``chatchat.py`` (Langchain-Chatchat's ``calculate`` and
+``search_local_knowledgebase``, under Chatchat's names); the memory tools
+(``memory/tools.py``) and knowledge tools (``knowledge/tools.py``) live with their
+services. Registering a tool only makes it exist: a request still has to enable it by
+name (or ``tools.default_tools``, or the knowledge and memory of its assistant).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ if TYPE_CHECKING:
 
 
 def build_registry(settings: Settings) -> ToolRegistry:
-    """Every built-in tool; ``workspace_shell`` only when ``tools.shell.enabled``.
+    """Every built-in tool; ``workspace_shell`` only when ``tools.shell.enabled``,
+    ``search_local_knowledgebase`` only when ``knowledge.enabled``.
 
     The tool modules are imported here, not when the package is: importing one family
     (``builtins.session``) does not pull in the others' dependencies.
     """
     from parley.knowledge.tools import KNOWLEDGE_TOOLS
     from parley.memory.tools import MEMORY_TOOLS
+    from parley.tools.builtins.calculate import calculate
     from parley.tools.builtins.session import (
         activate_tools,
         conversation_search,
@@ -46,6 +49,11 @@ def build_registry(settings: Settings) -> ToolRegistry:
     registry.register(conversation_search)
     for tool in (*MEMORY_TOOLS, *KNOWLEDGE_TOOLS):
         registry.register(tool)
+    registry.register(calculate)
+    if settings.knowledge.enabled:
+        from parley.tools.builtins.chatchat import search_local_knowledgebase
+
+        registry.register(search_local_knowledgebase)
     registry.register(get_session_capabilities)
     registry.register(activate_tools)
     return registry
