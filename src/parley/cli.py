@@ -170,15 +170,33 @@ def bench(
     litellm_venv: Annotated[
         Path, typer.Option(help="Where LiteLLM gets its own environment.")
     ] = Path("bench/.venv-litellm"),
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="quality: only figure 14, retrieval quality (in-process, seconds), "
+            "written into the folder's existing report."
+        ),
+    ] = None,
+    config: ConfigOption = None,
 ) -> None:
-    """Benchmark Parley against a mock upstream, a floor relay and the LiteLLM proxy."""
+    """Benchmark Parley against a mock upstream, a floor relay and the LiteLLM proxy.
+
+    Figure 14 (retrieval quality) uses the settings' `knowledge` section (its embedder)."""
     if profile not in ("full", "smoke"):
         raise typer.BadParameter("full or smoke", param_hint="--profile")
+    if only not in (None, "quality"):
+        raise typer.BadParameter("quality", param_hint="--only")
     from parley.bench.report import markdown
     from parley.bench.run import main as run_bench
 
-    report = run_bench(profile, out, litellm, litellm_venv)
-    typer.echo(markdown(report))
+    knowledge = _settings(config).knowledge
+    report = run_bench(profile, out, litellm, litellm_venv, only=only, knowledge=knowledge)
+    if only == "quality":
+        from parley.bench.quality import quality_markdown
+
+        typer.echo("\n".join(quality_markdown(report)))
+    else:
+        typer.echo(markdown(report))
     console.print(f"report written to {out}/")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.bench.knowledge import knowledge_markdown, knowledge_rows
+from parley.bench.quality import quality_markdown, quality_rows
 
 
 def _get(data: dict[str, Any], *path: str) -> Any:
@@ -200,6 +201,7 @@ def rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
                 _verdict(local["ratio"] >= 0.9),
             )
         )
+    out += quality_rows(f)
     return out
 
 
@@ -451,6 +453,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [f"| {' | '.join(row)} |" for row in rows(report)]
     lines += engine_markdown(report)
     lines += knowledge_markdown(report)
+    lines += quality_markdown(report)
     versions = ", ".join(f"{k} {v}" for k, v in sorted(report["versions"].items()))
     lines += ["", f"Versions: {versions}."]
     for warning in report.get("warnings", []):

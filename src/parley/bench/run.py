@@ -24,8 +24,14 @@ from parley.bench.agent import agent_steps
 from parley.bench.database import database_per_turn
 from parley.bench.figures import FULL, SMOKE, Profile
 from parley.bench.knowledge import hybrid_retrieval, ingestion
+from parley.bench.quality import quality_markdown, retrieval_quality
 from parley.bench.report import markdown, plots
 from parley.bench.rig import Rig, Service
+from parley.knowledge.settings import KnowledgeSettings
+
+QUALITY_PROFILES = ("full",)
+"""The profiles that measure figure 14 (the smoke run stays seconds; ``--only quality``
+runs it alone)."""
 
 
 def _versions() -> dict[str, str]:
@@ -132,20 +138,32 @@ async def local_model(rig: Rig, profile: Profile) -> dict[str, Any] | None:
     }
 
 
-async def run(profile: Profile, out: Path, *, litellm: bool, litellm_venv: Path) -> dict[str, Any]:
-    rig = Rig()
-    started = time.time()
-    report: dict[str, Any] = {
-        "profile": profile.name,
+def _report(profile: str, started: float, pinning: dict[str, list[int]]) -> dict[str, Any]:
+    return {
+        "profile": profile,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "machine": _machine(),
         "versions": _versions(),
-        "pinning": {
-            "servers": sorted(rig.server_cores),
-            "mock_and_load": sorted(rig.client_cores),
-        },
+        "pinning": pinning,
         "figures": {},
     }
+
+
+async def run(
+    profile: Profile,
+    out: Path,
+    *,
+    litellm: bool,
+    litellm_venv: Path,
+    knowledge: KnowledgeSettings | None = None,
+) -> dict[str, Any]:
+    rig = Rig()
+    started = time.time()
+    report = _report(
+        profile.name,
+        started,
+        {"servers": sorted(rig.server_cores), "mock_and_load": sorted(rig.client_cores)},
+    )
     os.sched_setaffinity(0, rig.client_cores)
     try:
         rig.start_mock()
@@ -206,10 +224,35 @@ async def run(profile: Profile, out: Path, *, litellm: bool, litellm_venv: Path)
     results["12_ingestion"] = await ingestion(
         profile.kb_ingest_chunks, batches=profile.kb_ingest_batches
     )
+    if profile.name in QUALITY_PROFILES:
+        results["14_retrieval_quality"] = await retrieval_quality(knowledge)
     report["seconds"] = round(time.time() - started, 1)
     report["warnings"] = rig.warnings + _rig_limits(report)
     write(report, out)
     return report
+
+
+async def run_quality(out: Path, knowledge: KnowledgeSettings | None = None) -> dict[str, Any]:
+    """Figure 14 alone (``parley bench --only quality``), into ``out``'s report: the
+    other figures of an existing ``bench.json`` are kept as they were."""
+    existing = out / "bench.json"
+    figure = await retrieval_quality(knowledge)
+    if existing.is_file():
+        report: dict[str, Any] = orjson.loads(existing.read_bytes())
+        report["figures"]["14_retrieval_quality"] = figure
+        write(report, out)
+        return report
+    # a folder of its own: the figure alone, no empty table nor plots of the others
+    report = _report("quality", time.time(), {"servers": [], "mock_and_load": []})
+    report["figures"]["14_retrieval_quality"] = figure
+    _write_quality(report, out)
+    return report
+
+
+def _write_quality(report: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    (out / "bench.md").write_text("\n".join(quality_markdown(report)).lstrip() + "\n")
 
 
 def write(report: dict[str, Any], out: Path) -> None:
@@ -232,10 +275,24 @@ def _rig_limits(report: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def main(profile: str, out: Path, litellm: bool, litellm_venv: Path) -> dict[str, Any]:
-    chosen = {"full": FULL, "smoke": SMOKE}[profile]
+def main(
+    profile: str,
+    out: Path,
+    litellm: bool,
+    litellm_venv: Path,
+    *,
+    only: str | None = None,
+    knowledge: KnowledgeSettings | None = None,
+) -> dict[str, Any]:
+    """The whole report, or with ``only="quality"`` figure 14 alone (``run_quality``);
+    ``knowledge``: the settings figure 14 measures (default: the default settings)."""
+    if only == "quality":
+        work = run_quality(out, knowledge)
+    else:
+        chosen = {"full": FULL, "smoke": SMOKE}[profile]
+        work = run(chosen, out, litellm=litellm, litellm_venv=litellm_venv, knowledge=knowledge)
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(run(chosen, out, litellm=litellm, litellm_venv=litellm_venv))
-    return uvloop.run(run(chosen, out, litellm=litellm, litellm_venv=litellm_venv))
+        return asyncio.run(work)
+    return uvloop.run(work)
