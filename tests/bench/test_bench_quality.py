@@ -281,3 +281,15 @@ async def test_a_run_by_words_only_on_the_real_corpus(tmp_path: Path) -> None:
     assert any("false citations" in line for line in lines)
     assert row in rows({"figures": report["figures"]})
     orjson.dumps(figure)  # JSON-able
+
+
+@pytest.mark.anyio
+async def test_running_figure_14_alone_twice_into_one_folder(tmp_path: Path) -> None:
+    from parley.bench.run import run_quality
+
+    settings = KnowledgeSettings(embedder="none")
+    first = await run_quality(tmp_path, settings)
+    second = await run_quality(tmp_path, settings)  # over its own report: no other figures
+    assert first["profile"] == second["profile"] == "quality"
+    assert list(second["figures"]) == ["14_retrieval_quality"]
+    assert "| lexical, English | 12 |" in (tmp_path / "bench.md").read_text()

@@ -124,19 +124,32 @@ class SessionCache:
         self._seconds = seconds
         self._size = size
         self._found: dict[str, tuple[StoredSession | None, float]] = {}
+        self._forgets = 0
+        """How many sessions were forgotten: a read that overlapped one is not kept."""
 
     async def get(self, token_hash: str) -> StoredSession | None:
         """The session of this token hash while it is live, else None."""
         now = time.monotonic()
         cached = self._found.get(token_hash)
         if cached is None or now - cached[1] >= self._seconds:
-            session = await self.store.get(token_hash)
-            self._remember(token_hash, session, now)
+            session = await self._read(token_hash, now)
         else:
             session = cached[0]
         return session if session is not None and session.live(time.time()) else None
 
+    async def _read(self, token_hash: str, now: float) -> StoredSession | None:
+        """The stored session, remembered unless a session ended while it was read (the
+        row read may be one a sign-out has just deleted: it is read again)."""
+        for _ in range(3):
+            forgets = self._forgets
+            session = await self.store.get(token_hash)
+            if forgets == self._forgets:
+                self._remember(token_hash, session, now)
+                return session
+        return session  # sign-outs keep coming: answer, but remember nothing
+
     def forget(self, token_hash: str) -> None:
+        self._forgets += 1
         self._found.pop(token_hash, None)
 
     def _remember(self, token_hash: str, session: StoredSession | None, now: float) -> None:

@@ -240,7 +240,10 @@ async def run_quality(out: Path, knowledge: KnowledgeSettings | None = None) -> 
     if existing.is_file():
         report: dict[str, Any] = orjson.loads(existing.read_bytes())
         report["figures"]["14_retrieval_quality"] = figure
-        write(report, out)
+        if report.get("profile") == "quality":  # a folder of figure 14 alone, again
+            _write_quality(report, out)
+        else:
+            write(report, out)
         return report
     # a folder of its own: the figure alone, no empty table nor plots of the others
     report = _report("quality", time.time(), {"servers": [], "mock_and_load": []})
