@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,10 +19,13 @@ from sqlalchemy import Connection, select, text, update
 from parley.knowledge import index, lexical
 from parley.knowledge import vectors as vector_module
 from parley.knowledge.index import (
+    bm25_ceiling,
     fetch_chunks,
     fuse,
+    fuse_scores,
     hybrid_search,
     insert_chunks,
+    lexical_matches,
     lexical_search,
 )
 from parley.knowledge.types import Chunk, Hit, KbRef
@@ -418,6 +422,101 @@ def test_reciprocal_rank_fusion() -> None:
     ]
 
 
+def test_score_fusion_weighs_word_coverage_against_rescaled_cosines() -> None:
+    words = [(1, 10.0), (2, 5.0), (3, 2.0)]  # coverage 1, 0.5, 0.2 of a ceiling of 10
+    meaning = [(3, 0.9), (4, 0.8), (1, 0.5)]  # rescaled from 0.5 to 0.9: 1, 0.75, 0
+    hits = fuse_scores(words, meaning, ceiling=10.0, floor=0.5, limit=10)
+    assert ranked(hits) == [
+        # the vectors' best shares one word of five with the question: 0.5 * 0.2^3 + 0.5
+        (3, 0.504, 3, 1),
+        # every word of the question, nothing by meaning: 0.5 * 1^3 + 0
+        (1, 0.5, 1, 3),
+        (4, 0.375, None, 2),
+        # half the question's words: 0.5 * 0.5^3
+        (2, 0.0625, 2, None),
+    ]
+    # reciprocal rank fusion put the chunk found by both lists first, whatever it held
+    assert [h.chunk_id for h in fuse([words, meaning], limit=2)] == [1, 3]
+    assert [h.chunk_id for h in fuse_scores(words, meaning, ceiling=10.0, limit=1)] == [3]
+    # the weight moves the balance: words alone, then vectors alone
+    assert [
+        h.chunk_id
+        for h in fuse_scores(words, meaning, ceiling=10.0, floor=0.5, lexical_weight=1.0, limit=4)
+    ] == [1, 2, 3, 4]
+    assert [
+        h.chunk_id
+        for h in fuse_scores(words, meaning, ceiling=10.0, floor=0.5, lexical_weight=0.0, limit=4)
+    ][:3] == [3, 4, 1]
+
+
+def test_score_fusion_of_one_list_keeps_its_order_at_full_weight() -> None:
+    words = [(5, 30.0), (6, 10.0), (7, 5.0)]  # over the ceiling counts as 1
+    assert ranked(fuse_scores(words, [], ceiling=10.0, limit=5)) == [
+        (5, 1.0, 1, None),
+        (6, 1.0, 2, None),  # a tie at 1: the better rank first
+        (7, 0.125, 3, None),
+    ]
+    # without a ceiling (PostgreSQL's ts_rank): relative to the best
+    assert ranked(fuse_scores([(8, 0.4), (9, 0.2)], [], ceiling=None, limit=5)) == [
+        (8, 1.0, 1, None),
+        (9, 0.125, 2, None),
+    ]
+    # vectors alone: rescaled between the lowest (by default, of the list) and the best
+    assert ranked(fuse_scores([], [(1, 0.9), (2, 0.7), (3, 0.5)], ceiling=None, limit=5)) == [
+        (1, 1.0, None, 1),
+        (2, 0.5, None, 2),
+        (3, 0.0, None, 3),
+    ]
+    # one candidate, or all alike: each is the best
+    assert ranked(fuse_scores([], [(4, 0.3), (5, 0.3)], ceiling=None, limit=5)) == [
+        (4, 1.0, None, 1),
+        (5, 1.0, None, 2),
+    ]
+    assert fuse_scores([], [], ceiling=None, limit=3) == []
+    # a chunk repeated within a list counts at its first place only
+    assert ranked(fuse_scores([(7, 10.0), (7, 5.0), (8, 5.0)], [], ceiling=10.0, limit=3)) == [
+        (7, 1.0, 1, None),
+        (8, 0.125, 2, None),
+    ]
+
+
+def test_bm25_ceiling_sums_the_idf_of_the_words_a_chunk_could_hold() -> None:
+    def idf(n: int, total: int = 10) -> float:
+        return max(1e-6, math.log((total - n + 0.5) / (n + 0.5)))
+
+    # searched terms, and a word no chunk holds; not "the", too common to be searched
+    ceiling = bm25_ceiling(["alpha", "beta", "zeta", "the"], [1, 3, 0, 9], ["alpha", "beta"], 10)
+    assert ceiling == pytest.approx(idf(1) + idf(3) + idf(0))
+    # an unknown CJK pair touching a known one is a seam between words (肉炒, 炒糖), not
+    # a word; one that touches none (生日) counts
+    terms = ["红烧", "烧肉", "肉炒", "炒糖", "糖色", "生日"]
+    counts = [2, 2, 0, 0, 1, 0]
+    chosen = ["红烧", "烧肉", "糖色"]
+    assert bm25_ceiling(terms, counts, chosen, 10) == pytest.approx(
+        idf(2) + idf(2) + idf(1) + idf(0)
+    )
+
+
+async def test_a_chunk_holding_every_word_scores_its_ceiling(database: Database) -> None:
+    await add_base(database, "alice", "kb_a")
+    texts = ["omega delta", "omega filler", *(f"filler {n}" for n in range(6))]  # 2 terms
+    ids = await add_document(database, "alice", "kb_a", "doc1", texts)
+    matched = await database.read(
+        lambda conn: lexical_matches(
+            conn, owner="alice", kb_ids=["kb_a"], terms=["omega", "delta", "absent"], limit=5
+        )
+    )
+    assert [chunk_id for chunk_id, _ in matched.hits] == ids[:2]
+    assert matched.ceiling is not None
+    # FTS5's BM25 of a chunk of average length holding each word once is the ceiling
+    # (less the word no chunk holds); every chunk here is of the same length
+    total = max(ids)
+    expected = sum(math.log((total - n + 0.5) / (n + 0.5)) for n in (2, 1, 0))
+    assert matched.ceiling == pytest.approx(expected)
+    absent = math.log((total + 0.5) / 0.5)
+    assert matched.hits[0][1] == pytest.approx(expected - absent, rel=1e-6)
+
+
 async def test_fetch_chunks(database: Database) -> None:
     await add_base(database, "alice", "kb_a")
     ids = await add_document(
@@ -717,6 +816,58 @@ async def test_hybrid_search_fuses_words_and_vectors(
         )
         == []
     )
+
+
+async def test_hybrid_search_lets_a_shared_word_not_outweigh_meaning(
+    database: Database, vectors: VectorIndexes
+) -> None:
+    """A paraphrase's answer, found by meaning alone, stays above a chunk sharing one
+    word of the question; a chunk holding every word of it comes first; the question's
+    stop words ("what", "does", "the") find nothing by themselves."""
+    await add_base(database, "alice", "kb_a")
+    fillers = [f"the filler text number {n}" for n in range(5)]
+    ids = await add_document(
+        database,
+        "alice",
+        "kb_a",
+        "doc1",
+        ["omega is mentioned here", "nothing shared at all", "omega delta gamma kappa", *fillers],
+        np.stack(
+            [unit(0.8, 0.6, 0, 0), unit(1, 0, 0, 0), unit(0.5, 0.5, 0, 0)]
+            + [unit(0, 0, 1, 0)] * len(fillers)
+        ),
+    )
+    kbs = [await ref(database, "kb_a")]
+    hits = await hybrid_search(
+        database,
+        vectors,
+        owner="alice",
+        kbs=kbs,
+        query="What does the omega delta gamma kappa do?",
+        query_vector=unit(1, 0, 0, 0),
+        model=MODEL,
+        top_k=3,
+    )
+    assert [h.chunk_id for h in hits] == [ids[2], ids[1], ids[0]]
+    assert (hits[0].lexical_rank, hits[0].vector_rank) == (1, 3)
+    assert (hits[1].lexical_rank, hits[1].vector_rank) == (None, 1)
+    assert (hits[2].lexical_rank, hits[2].vector_rank) == (2, 2)
+    # by reciprocal rank, the chunk in both lists (one shared word) beat the answer
+    words_list = [(ids[2], 2.0), (ids[0], 0.5)]
+    meaning = [(ids[1], 1.0), (ids[0], 0.8), (ids[2], 0.7)]
+    assert [h.chunk_id for h in fuse([words_list, meaning], limit=3)] == [ids[2], ids[0], ids[1]]
+    # stop words are not searched: no filler is found by "the"
+    alone = await hybrid_search(
+        database,
+        vectors,
+        owner="alice",
+        kbs=kbs,
+        query="What does the omega do?",
+        query_vector=None,
+        model=None,
+        top_k=10,
+    )
+    assert {h.chunk_id for h in alone} == {ids[0], ids[2]}
 
 
 async def test_hybrid_search_survives_a_failing_vector_search(

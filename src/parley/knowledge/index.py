@@ -4,7 +4,8 @@
   (``lexical.index_terms``), SHA-256 of the text, vector as little-endian float32 bytes;
   on SQLite the FTS5 triggers index the terms in the same transaction. ``chunk_rows`` and
   ``insert_rows`` are its two halves: the rows can be made before the transaction.
-- ``lexical_search``: BM25 over FTS5 on SQLite, ``ts_rank`` over the GIN-indexed tsvector
+- ``lexical_search`` (``lexical_matches``: with the scale of its scores, see
+  ``bm25_ceiling``): BM25 over FTS5 on SQLite, ``ts_rank`` over the GIN-indexed tsvector
   on PostgreSQL (that branch is not covered by the tests, which run SQLite). The owner,
   the knowledge bases and ``status = 'ready'`` are conditions of the query itself. The
   work is bounded: a term found in many chunks ("the", "what") would have the engine
@@ -16,8 +17,14 @@
   base's first search and brought up to date whenever a search names a later ``version``
   of the base (only the documents that changed are read), whoever made the change.
   Memory is bounded: the least recently searched bases go first.
-- ``fuse``: reciprocal rank fusion. ``hybrid_search`` runs both searches at once and
-  fuses them (by words alone without a query vector); ``fetch_chunks`` reads the chunks.
+- ``fuse_scores``: score fusion. ``hybrid_search`` runs both searches at once (by words
+  without the query's stop words) and fuses them (by words alone without a query
+  vector): half the score is how much of the question a chunk holds by words (its BM25
+  over that of a chunk holding every word, cubed: one shared word counts next to
+  nothing), half its cosine rescaled among the candidates. Reciprocal rank fusion
+  (``fuse``) rewarded any chunk in both lists, so that distractors sharing "how" or
+  "the" with a question beat the passage found by meaning alone (figure 14).
+  ``fetch_chunks`` reads the chunks.
 
 Why exact numpy (measured on the 2-core machine, 100k x 384): numpy 8-13 ms; sqlite-vec's
 exact scan 100 ms (int8: 110 ms; it also needs a SQLite that loads extensions); faiss's
@@ -61,6 +68,27 @@ ranking costs about 3 us a chunk here (BM25 and the joins), scanning a 384-d vec
 0.12 us, so the two halves of a hybrid search take about as long (measured: 500 at 10k
 chunks, 2 ms; 4,000 at 100k, 13 ms)."""
 RRF_K = 60
+"""``fuse``'s k (reciprocal rank fusion, kept for callers that fuse ranks alone)."""
+LEXICAL_WEIGHT = 0.5
+"""``fuse_scores``: the share of a hybrid score given to words, the rest to vectors.
+Equal: neither half is trusted more a priori (weak word evidence is made small by
+``COVERAGE_POWER``, not by this weight)."""
+COVERAGE_POWER = 3
+"""``fuse_scores``: word evidence is the share of the question's words a chunk holds,
+to this power. A chunk holding every word counts fully, half of them 1/8, one word of
+five under 1/100: sharing a word or two with the question (a paraphrase's distractors,
+another topic's "year" and "bridge") must not outweigh a small lead by meaning, while
+a chunk holding the question's words still wins. Measured on figure 14's corpus: with
+MiniLM, powers 1 to 3 all keep every kind at least as good as its better half; with
+multilingual-e5-small (whose cosines lie close together, so that small word scores
+reorder them), powers 1 and 2 at weight 0.5 do not, 3 does. With 3 the weights that
+meet the bar are 0.3 to 0.6 (MiniLM) and 0.1 to 0.5 (e5): 0.5 is inside both."""
+FUSION = (
+    f"score: {LEXICAL_WEIGHT} x word coverage^{COVERAGE_POWER} (BM25 / the BM25 of a "
+    f"chunk holding every query word) + {1 - LEXICAL_WEIGHT} x cosine min-max over the "
+    "candidates; query stop words dropped"
+)
+"""How ``hybrid_search`` fuses, in words (figure 14 records it)."""
 CANDIDATES = 50
 """Each list's length before fusion: at least this, and five times ``top_k``."""
 FETCH_BATCH = 500
@@ -175,20 +203,39 @@ def insert_rows(conn: Connection, rows: Sequence[ChunkRow]) -> None:
 # --- by words -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class LexicalMatches:
+    """What ``lexical_matches`` found: (chunk id, score) best first, and ``ceiling``, the
+    score of a chunk of average length holding each of the query's terms once (BM25's
+    idf summed over the terms; None on PostgreSQL, whose ts_rank has no such scale)."""
+
+    hits: list[tuple[int, float]]
+    ceiling: float | None
+
+
 def lexical_search(
     conn: Connection, *, owner: str, kb_ids: Sequence[str], terms: list[str], limit: int
 ) -> list[tuple[int, float]]:
     """(chunk id, score), best first (score higher is better; BM25 on SQLite, ts_rank on
     PostgreSQL): the owner's chunks of ready documents of ``kb_ids`` holding any of
     ``terms`` (``lexical.query_terms``), at most ``limit``."""
+    return lexical_matches(conn, owner=owner, kb_ids=kb_ids, terms=terms, limit=limit).hits
+
+
+def lexical_matches(
+    conn: Connection, *, owner: str, kb_ids: Sequence[str], terms: list[str], limit: int
+) -> LexicalMatches:
+    """``lexical_search``, with the scale of its scores (``LexicalMatches.ceiling``)."""
     if not terms or not kb_ids or limit < 1:
-        return []
+        return LexicalMatches([], None)
     sqlite = conn.dialect.name == "sqlite"
     single = lexical.fts5_expression if sqlite else lexical.tsquery_expression
-    budget = _budget(conn)
+    size = _size(conn)
+    budget = _budget_of(size)
     expressions = [single([term]) for term in terms]
     counts = _each(conn, _COUNT_SQLITE if sqlite else _COUNT_POSTGRES, expressions, budget + 1)
     chosen, windowed = _choose(terms, counts, budget)
+    ceiling = bm25_ceiling(terms, counts, chosen, size) if sqlite else None
     floor = 0
     if windowed:
         floors = [
@@ -198,12 +245,12 @@ def lexical_search(
         rarest = min(range(len(chosen)), key=lambda n: (floors[n], n))
         chosen, floor = [chosen[rarest]], floors[rarest]
     if not chosen:
-        return []
+        return LexicalMatches([], ceiling)
     expression = single(chosen)
     if sqlite:
         sql = _SEARCH_SQLITE.format(kb_ids=", ".join("?" * len(kb_ids)))
         found = _driver(conn, sql, (expression, floor, owner, *kb_ids, owner, limit))
-        return [(int(row[0]), -float(row[1])) for row in found]
+        return LexicalMatches([(int(row[0]), -float(row[1])) for row in found], ceiling)
     params = {
         "expression": expression,
         "owner": owner,
@@ -211,7 +258,46 @@ def lexical_search(
         "limit": limit,
         "floor": floor,
     }
-    return [(int(row[0]), float(row[1])) for row in conn.execute(_SEARCH_POSTGRES, params)]
+    ranked = conn.execute(_SEARCH_POSTGRES, params)
+    return LexicalMatches([(int(row[0]), float(row[1])) for row in ranked], None)
+
+
+def bm25_ceiling(terms: list[str], counts: list[int], chosen: list[str], size: int) -> float:
+    """The BM25 score (FTS5's: k1 = 1.2, b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)),
+    at least 1e-6) of a chunk of average length holding each of the query's words once:
+    the sum of the idf of
+
+    - the terms searched (``chosen``);
+    - the words no chunk holds: a word of the question the index lacks counts against
+      every chunk (a paraphrase shares few words with any chunk, and its one shared
+      word must not look like a full match). A CJK pair no chunk holds counts only when
+      it does not touch a pair that some chunk holds: "炒糖" in 红烧肉炒糖色 is the
+      seam between two words, not a word;
+
+    not the terms too common to be searched: no chunk can score by them. ``size`` (the
+    highest chunk id) stands for N; ``counts`` (``_each``) are exact for the terms
+    searched."""
+    searched = set(chosen)
+    total = max(1, size)
+    known = [t for t, c in zip(terms, counts, strict=True) if c > 0 and lexical.is_cjk(t)]
+    ends = {t[-1] for t in known}
+    starts = {t[0] for t in known}
+
+    def counted(term: str, count: int) -> bool:
+        if term in searched:
+            return True
+        if count > 0:
+            return False
+        if not lexical.is_cjk(term):
+            return True
+        return len(term) == 2 and term[0] not in ends and term[1] not in starts
+
+    ceiling = []
+    for term, count in zip(terms, counts, strict=True):
+        n = min(count, total)
+        if counted(term, n):
+            ceiling.append(max(1e-6, math.log((total - n + 0.5) / (n + 0.5))))
+    return math.fsum(ceiling)
 
 
 def _driver(conn: Connection, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -304,13 +390,22 @@ def _each(conn: Connection, one: str, expressions: list[str], number: int) -> li
 
 
 def _budget(conn: Connection) -> int:
-    """How many chunks this search may rank (``CHUNKS_PER_MATCH``); the highest chunk
-    id stands for the size of the index (a lookup, not a count)."""
+    """How many chunks this search may rank (``CHUNKS_PER_MATCH``)."""
+    return _budget_of(_size(conn))
+
+
+def _budget_of(size: int) -> int:
+    return max(MIN_MATCHES, min(MAX_MATCHES, size // CHUNKS_PER_MATCH))
+
+
+def _size(conn: Connection) -> int:
+    """The size of the index: the highest chunk id stands for it (a lookup, not a
+    count)."""
     if conn.dialect.name == "sqlite":
         [(found,)] = _driver(conn, "SELECT max(rowid) FROM kb_chunks", ())
     else:
         found = conn.execute(text("SELECT max(id) FROM kb_chunks")).scalar()
-    return max(MIN_MATCHES, min(MAX_MATCHES, int(found or 0) // CHUNKS_PER_MATCH))
+    return int(found or 0)
 
 
 def _choose(terms: list[str], counts: list[int], budget: int) -> tuple[list[str], bool]:
@@ -363,6 +458,68 @@ def fuse(lists: Sequence[Sequence[tuple[int, float]]], *, k: int = RRF_K, limit:
             vector_rank=slots[1] if len(slots) > 1 else None,
         )
         for negative, _best, chunk_id, slots in scored[:limit]
+    ]
+
+
+def fuse_scores(
+    words: Sequence[tuple[int, float]],
+    meaning: Sequence[tuple[int, float]],
+    *,
+    ceiling: float | None,
+    floor: float | None = None,
+    lexical_weight: float = LEXICAL_WEIGHT,
+    limit: int,
+) -> list[Hit]:
+    """Score fusion: each chunk scores ``lexical_weight`` times its word score plus the
+    rest times its vector score (0 in a list it is not in), both in 0..1:
+
+    - words: how much of the question the chunk holds, its coverage: BM25 over
+      ``ceiling`` (``bm25_ceiling``: 1 is every word of the question, once, in a chunk
+      of average length), at most 1; to the power ``COVERAGE_POWER``. An absolute
+      scale, so that weak evidence counts little however it ranks among the others: a
+      chunk sharing one rare word of five with the question scores about 0.2^3.
+      Without a ceiling (PostgreSQL's ts_rank has none), relative to the best;
+    - vectors: cosine rescaled between ``floor`` (the lowest cosine of the candidates
+      searched, before any cut; by default the lowest here) and the best: 0..1 whatever
+      the model's range of cosines (MiniLM's spread 0.1-0.6, others' 0.7-0.9).
+
+    When only one list has anything, it alone decides (weight 1). ``words`` and
+    ``meaning`` are (chunk id, score) best first; a chunk repeated within a list counts
+    at its first place. Reported: the fused score, and each list's 1-based rank
+    (``lexical_rank``, ``vector_rank``). Ties: the better best rank, then the lower id."""
+    weight = lexical_weight if words and meaning else (1.0 if words else 0.0)
+    found: dict[int, list[Any]] = {}  # chunk id: [score, lexical rank, vector rank]
+    if words:
+        best = words[0][1]
+        rank = 0
+        for chunk_id, score in words:
+            slots = found.setdefault(chunk_id, [0.0, None, None])
+            if slots[1] is None:
+                rank += 1
+                if ceiling:
+                    share = min(1.0, max(0.0, score / ceiling))
+                else:
+                    share = score / best if best > 0 else 1.0
+                slots[0] += weight * share**COVERAGE_POWER
+                slots[1] = rank
+    if meaning:
+        top = meaning[0][1]
+        low = min(score for _, score in meaning) if floor is None else min(floor, top)
+        rank = 0
+        for chunk_id, score in meaning:
+            slots = found.setdefault(chunk_id, [0.0, None, None])
+            if slots[2] is None:
+                rank += 1
+                share = (score - low) / (top - low) if top > low else 1.0
+                slots[0] += (1.0 - weight) * share
+                slots[2] = rank
+    scored = sorted(
+        found.items(),
+        key=lambda item: (-item[1][0], min(r for r in item[1][1:] if r is not None), item[0]),
+    )
+    return [
+        Hit(chunk_id=chunk_id, score=score, lexical_rank=lexical_rank, vector_rank=vector_rank)
+        for chunk_id, (score, lexical_rank, vector_rank) in scored[:limit]
     ]
 
 
@@ -425,11 +582,14 @@ async def hybrid_search(
     top_k: int,
     min_similarity: float = 0.0,
     min_relative_score: float = 0.0,
+    lexical_weight: float = LEXICAL_WEIGHT,
 ) -> list[Hit]:
-    """The best ``top_k`` chunks of ``kbs`` for ``query``: the best by words and the
-    best by vector (``query_vector``, made by ``model``; the bases of another model are
-    searched by words only) found at once, fused by reciprocal rank. Without a query
-    vector, by words alone. A failing vector search is logged and skipped.
+    """The best ``top_k`` chunks of ``kbs`` for ``query``: the best by words (the
+    query's stop words left out: ``lexical.content_terms``) and the best by vector
+    (``query_vector``, made by ``model``; the bases of another model are searched by
+    words only) found at once, fused by score (``fuse_scores``, ``lexical_weight`` to
+    words). Without a query vector, by words alone. A failing vector search is logged
+    and skipped.
 
     Weak matches are left out before fusion, so that a reply is not given passages
     that merely share a common word with the question: by vector, those under
@@ -438,14 +598,14 @@ async def hybrid_search(
     if top_k < 1 or not kbs:
         return []
     candidates = max(CANDIDATES, 5 * top_k)
-    terms = lexical.query_terms(query)
+    terms = lexical.content_terms(query)
     kb_ids = [kb.id for kb in kbs]
 
-    async def by_words() -> list[tuple[int, float]]:
+    async def by_words() -> LexicalMatches:
         if not terms:
-            return []
+            return LexicalMatches([], None)
         return await database.read(
-            lambda conn: lexical_search(
+            lambda conn: lexical_matches(
                 conn, owner=owner, kb_ids=kb_ids, terms=terms, limit=candidates
             ),
             heavy=True,
@@ -460,10 +620,19 @@ async def hybrid_search(
             log.warning("vector search failed; searching by words only", exc_info=True)
             return []
 
-    words, meaning = await asyncio.gather(by_words(), by_vector())
+    matched, meaning = await asyncio.gather(by_words(), by_vector())
+    words = matched.hits
     if words and min_relative_score > 0:
-        floor = words[0][1] * min_relative_score
-        words = [(chunk_id, score) for chunk_id, score in words if score >= floor]
+        least = words[0][1] * min_relative_score
+        words = [(chunk_id, score) for chunk_id, score in words if score >= least]
+    floor = min((score for _, score in meaning), default=None)
     if min_similarity > 0:
         meaning = [(chunk_id, score) for chunk_id, score in meaning if score >= min_similarity]
-    return fuse([words, meaning], limit=top_k)
+    return fuse_scores(
+        words,
+        meaning,
+        ceiling=matched.ceiling,
+        floor=floor,
+        lexical_weight=lexical_weight,
+        limit=top_k,
+    )

@@ -10,6 +10,9 @@ and NFKC-normalised; and every run of CJK characters as its overlapping characte
 A query keeps terms of two or more characters (a single CJK character stays when it is
 the whole run), at most ``MAX_QUERY_TERMS`` distinct ones, and matches chunks holding any
 of them; ranking (BM25 / ts_rank) puts chunks holding more and rarer terms first.
+``content_terms``, what knowledge search asks for, also leaves out the query's stop words
+(``stopwords.py``: "how", "does", 什么, 的...), unless nothing else is left; a Chinese
+stop word splits its run, so no pair straddles it. The index keeps every term.
 
 What does not belong here: the SQL that searches (``index.py``).
 """
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+
+from parley.knowledge import stopwords
 
 MAX_QUERY_TERMS = 64
 
@@ -68,6 +73,44 @@ def query_terms(text: str) -> list[str]:
             if len(seen) >= MAX_QUERY_TERMS:
                 break
     return list(seen)
+
+
+def content_terms(text: str) -> list[str]:
+    """``query_terms`` without the query's stop words (``stopwords.py``); a query of stop
+    words only keeps its terms. A Chinese stop word is cut out of its run before the run
+    is cut into pairs, and a single character left between stop words is not a term
+    (the index has it only as a run of its own)."""
+    seen: dict[str, None] = {}
+    for term in _content_tokens(text):
+        if len(term) >= 2 or _CJK_RUN.match(term):
+            seen.setdefault(term, None)
+            if len(seen) >= MAX_QUERY_TERMS:
+                break
+    return list(seen) or query_terms(text)
+
+
+def _content_tokens(text: str) -> list[str]:
+    if text.isascii():
+        return [t for t in text.translate(_ASCII_TABLE).split() if t not in stopwords.ENGLISH]
+    normal = unicodedata.normalize("NFKC", text).lower()
+    terms: list[str] = []
+    for match in _TOKEN.finditer(normal):
+        token = match.group()
+        if not _CJK_RUN.match(token):
+            if token not in stopwords.ENGLISH:
+                terms.append(token)
+        elif len(token) == 1:
+            if token not in stopwords.CHINESE:
+                terms.append(token)
+        else:
+            for piece in stopwords.split_chinese(token):
+                terms.extend(piece[i : i + 2] for i in range(len(piece) - 1))
+    return terms
+
+
+def is_cjk(term: str) -> bool:
+    """Whether ``term`` is a CJK character pair (or a single CJK character)."""
+    return bool(_CJK_RUN.match(term))
 
 
 def fts5_expression(terms: list[str]) -> str:
