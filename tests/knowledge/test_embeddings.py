@@ -22,15 +22,14 @@ from starlette.responses import JSONResponse, Response
 from parley.knowledge import embeddings
 from parley.knowledge.embeddings import (
     LOCAL_VOCAB,
-    THREAD_BATCH,
     HashEmbedder,
     LocalEmbedder,
-    OpenAIEmbedder,
     from_bytes,
     matrix_from_bytes,
     normalise,
     to_bytes,
 )
+from parley.knowledge.openai_embeddings import THREAD_BATCH, OpenAIEmbedder
 from parley.knowledge.types import EmbeddingError
 from tests.support.mock_embeddings import Endpoint, Handler, good_answer
 from tests.support.server import free_port

@@ -18,11 +18,10 @@ from sqlalchemy import Connection, select, text, update
 
 from parley.knowledge import index, lexical
 from parley.knowledge import vectors as vector_module
+from parley.knowledge.fusion import fuse, fuse_scores
 from parley.knowledge.index import (
     bm25_ceiling,
     fetch_chunks,
-    fuse,
-    fuse_scores,
     hybrid_search,
     insert_chunks,
     lexical_matches,

@@ -46,12 +46,12 @@ from parley.bench.corpus import (
     unit_vectors,
 )
 from parley.knowledge import lexical
+from parley.knowledge.fusion import fuse
 from parley.knowledge.index import (
     CANDIDATES,
     CHUNKS_PER_MATCH,
     MAX_MATCHES,
     MIN_MATCHES,
-    fuse,
     hybrid_search,
     lexical_search,
 )

@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 import orjson
 
-from parley.knowledge import index as knowledge_index
+from parley.knowledge.fusion import FUSION
 from parley.knowledge.index import fetch_chunks, hybrid_search
 from parley.knowledge.service import KnowledgeService, build_embedder
 from parley.knowledge.settings import KnowledgeSettings
@@ -229,11 +229,8 @@ async def _chunks(service: KnowledgeService, hits: Sequence[Hit]) -> list[tuple[
 
 
 def _fusion() -> str:
-    described = getattr(knowledge_index, "FUSION", None)
-    if isinstance(described, str):
-        return described
-    k = getattr(knowledge_index, "RRF_K", None)
-    return f"reciprocal rank (k={k})" if k is not None else "?"
+    """How hybrid search fuses, recorded with the figure (``fusion.FUSION``)."""
+    return FUSION
 
 
 async def retrieval_quality(

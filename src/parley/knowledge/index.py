@@ -17,14 +17,9 @@
   base's first search and brought up to date whenever a search names a later ``version``
   of the base (only the documents that changed are read), whoever made the change.
   Memory is bounded: the least recently searched bases go first.
-- ``fuse_scores``: score fusion. ``hybrid_search`` runs both searches at once (by words
-  without the query's stop words) and fuses them (by words alone without a query
-  vector): half the score is how much of the question a chunk holds by words (its BM25
-  over that of a chunk holding every word, cubed: one shared word counts next to
-  nothing), half its cosine rescaled among the candidates. Reciprocal rank fusion
-  (``fuse``) rewarded any chunk in both lists, so that distractors sharing "how" or
-  "the" with a question beat the passage found by meaning alone (figure 14).
-  ``fetch_chunks`` reads the chunks.
+- ``hybrid_search`` runs both searches at once (by words without the query's stop
+  words) and fuses them by score (``fusion.py``; by words alone without a query
+  vector). ``fetch_chunks`` reads the chunks.
 
 Why exact numpy (measured on the 2-core machine, 100k x 384): numpy 8-13 ms; sqlite-vec's
 exact scan 100 ms (int8: 110 ms; it also needs a SQLite that loads extensions); faiss's
@@ -32,7 +27,8 @@ float16 scan 7 ms, a large dependency for 5 ms; binary codes with exact rescorin
 best 2,000 5 ms, but recall@10 of 0.73 on random vectors (0.998 on clustered ones).
 
 What does not belong here: knowledge bases and documents (``store/knowledge.py``), how
-terms are made (``lexical.py``), embedding, ingestion, HTTP.
+terms are made (``lexical.py``), how two lists are fused (``fusion.py``), embedding,
+ingestion, HTTP.
 """
 
 from __future__ import annotations
@@ -49,6 +45,7 @@ import numpy as np
 from sqlalchemy import Connection, bindparam, func, select, text
 
 from parley.knowledge import lexical
+from parley.knowledge.fusion import LEXICAL_WEIGHT, fuse_scores
 from parley.knowledge.types import Chunk, Hit, KbRef
 from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
@@ -67,28 +64,6 @@ owners': that is what it walks), at least ``MIN_MATCHES`` and at most ``MAX_MATC
 ranking costs about 3 us a chunk here (BM25 and the joins), scanning a 384-d vector
 0.12 us, so the two halves of a hybrid search take about as long (measured: 500 at 10k
 chunks, 2 ms; 4,000 at 100k, 13 ms)."""
-RRF_K = 60
-"""``fuse``'s k (reciprocal rank fusion, kept for callers that fuse ranks alone)."""
-LEXICAL_WEIGHT = 0.5
-"""``fuse_scores``: the share of a hybrid score given to words, the rest to vectors.
-Equal: neither half is trusted more a priori (weak word evidence is made small by
-``COVERAGE_POWER``, not by this weight)."""
-COVERAGE_POWER = 3
-"""``fuse_scores``: word evidence is the share of the question's words a chunk holds,
-to this power. A chunk holding every word counts fully, half of them 1/8, one word of
-five under 1/100: sharing a word or two with the question (a paraphrase's distractors,
-another topic's "year" and "bridge") must not outweigh a small lead by meaning, while
-a chunk holding the question's words still wins. Measured on figure 14's corpus: with
-MiniLM, powers 1 to 3 all keep every kind at least as good as its better half; with
-multilingual-e5-small (whose cosines lie close together, so that small word scores
-reorder them), powers 1 and 2 at weight 0.5 do not, 3 does. With 3 the weights that
-meet the bar are 0.3 to 0.6 (MiniLM) and 0.1 to 0.5 (e5): 0.5 is inside both."""
-FUSION = (
-    f"score: {LEXICAL_WEIGHT} x word coverage^{COVERAGE_POWER} (BM25 / the BM25 of a "
-    f"chunk holding every query word) + {1 - LEXICAL_WEIGHT} x cosine min-max over the "
-    "candidates; query stop words dropped"
-)
-"""How ``hybrid_search`` fuses, in words (figure 14 records it)."""
 CANDIDATES = 50
 """Each list's length before fusion: at least this, and five times ``top_k``."""
 FETCH_BATCH = 500
@@ -428,99 +403,7 @@ def _choose(terms: list[str], counts: list[int], budget: int) -> tuple[list[str]
     return [terms[n] for n in sorted(n for _, n in found)], True
 
 
-# --- fusion and reading -------------------------------------------------------------------
-
-
-def fuse(lists: Sequence[Sequence[tuple[int, float]]], *, k: int = RRF_K, limit: int) -> list[Hit]:
-    """Reciprocal rank fusion: each chunk scores the sum of 1 / (k + rank) over the lists
-    it is in (rank 1-based; a chunk repeated within a list counts at its first place).
-    The first list's ranks are reported as ``lexical_rank``, the second's as
-    ``vector_rank``. Ties: the better best rank first, then the lower chunk id."""
-    ranks: dict[int, list[int | None]] = {}
-    for position, ranked in enumerate(lists):
-        rank = 0
-        for chunk_id, _score in ranked:
-            slots = ranks.setdefault(chunk_id, [None] * len(lists))
-            if slots[position] is None:
-                rank += 1
-                slots[position] = rank
-    scored = []
-    for chunk_id, slots in ranks.items():
-        present = [r for r in slots if r is not None]
-        score = math.fsum(1.0 / (k + r) for r in present)
-        scored.append((-score, min(present), chunk_id, slots))
-    scored.sort(key=lambda item: item[:3])
-    return [
-        Hit(
-            chunk_id=chunk_id,
-            score=-negative,
-            lexical_rank=slots[0] if slots else None,
-            vector_rank=slots[1] if len(slots) > 1 else None,
-        )
-        for negative, _best, chunk_id, slots in scored[:limit]
-    ]
-
-
-def fuse_scores(
-    words: Sequence[tuple[int, float]],
-    meaning: Sequence[tuple[int, float]],
-    *,
-    ceiling: float | None,
-    floor: float | None = None,
-    lexical_weight: float = LEXICAL_WEIGHT,
-    limit: int,
-) -> list[Hit]:
-    """Score fusion: each chunk scores ``lexical_weight`` times its word score plus the
-    rest times its vector score (0 in a list it is not in), both in 0..1:
-
-    - words: how much of the question the chunk holds, its coverage: BM25 over
-      ``ceiling`` (``bm25_ceiling``: 1 is every word of the question, once, in a chunk
-      of average length), at most 1; to the power ``COVERAGE_POWER``. An absolute
-      scale, so that weak evidence counts little however it ranks among the others: a
-      chunk sharing one rare word of five with the question scores about 0.2^3.
-      Without a ceiling (PostgreSQL's ts_rank has none), relative to the best;
-    - vectors: cosine rescaled between ``floor`` (the lowest cosine of the candidates
-      searched, before any cut; by default the lowest here) and the best: 0..1 whatever
-      the model's range of cosines (MiniLM's spread 0.1-0.6, others' 0.7-0.9).
-
-    When only one list has anything, it alone decides (weight 1). ``words`` and
-    ``meaning`` are (chunk id, score) best first; a chunk repeated within a list counts
-    at its first place. Reported: the fused score, and each list's 1-based rank
-    (``lexical_rank``, ``vector_rank``). Ties: the better best rank, then the lower id."""
-    weight = lexical_weight if words and meaning else (1.0 if words else 0.0)
-    found: dict[int, list[Any]] = {}  # chunk id: [score, lexical rank, vector rank]
-    if words:
-        best = words[0][1]
-        rank = 0
-        for chunk_id, score in words:
-            slots = found.setdefault(chunk_id, [0.0, None, None])
-            if slots[1] is None:
-                rank += 1
-                if ceiling:
-                    share = min(1.0, max(0.0, score / ceiling))
-                else:
-                    share = score / best if best > 0 else 1.0
-                slots[0] += weight * share**COVERAGE_POWER
-                slots[1] = rank
-    if meaning:
-        top = meaning[0][1]
-        low = min(score for _, score in meaning) if floor is None else min(floor, top)
-        rank = 0
-        for chunk_id, score in meaning:
-            slots = found.setdefault(chunk_id, [0.0, None, None])
-            if slots[2] is None:
-                rank += 1
-                share = (score - low) / (top - low) if top > low else 1.0
-                slots[0] += (1.0 - weight) * share
-                slots[2] = rank
-    scored = sorted(
-        found.items(),
-        key=lambda item: (-item[1][0], min(r for r in item[1][1:] if r is not None), item[0]),
-    )
-    return [
-        Hit(chunk_id=chunk_id, score=score, lexical_rank=lexical_rank, vector_rank=vector_rank)
-        for chunk_id, (score, lexical_rank, vector_rank) in scored[:limit]
-    ]
+# --- reading -----------------------------------------------------------------------------
 
 
 def fetch_chunks(

@@ -358,7 +358,8 @@ def build_embedder(
     ``multilingual-e5-small`` without the extra is a ``ConfigurationError``. Converted
     models are kept in ``model_cache_dir``, else ``data_dir/models`` (``data_dir``: the
     settings' default when not given)."""
-    from parley.knowledge.embeddings import LocalEmbedder, OpenAIEmbedder
+    from parley.knowledge.embeddings import LocalEmbedder
+    from parley.knowledge.openai_embeddings import OpenAIEmbedder
 
     match settings.embedder:
         case "none":
