@@ -5,13 +5,15 @@ served by Parley itself (nothing from a CDN, so it works offline)."""
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from tests.support.probe import longest_pause
 from tests.support.server import ParleyServer
 
+from parley.api import openapi
 from parley.app import create_app
 from parley.settings import Settings
 
@@ -59,14 +61,28 @@ def test_the_api_reference_loads_only_from_parley(parley: ParleyServer, page: st
 
 
 @pytest.mark.anyio
-async def test_the_api_document_is_built_off_the_event_loop(tmp_path: Path) -> None:
+async def test_the_api_document_is_built_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Building /openapi.json takes about a second of Python: on the event loop it held
-    every request (and admission then refused keyless chats for the loop's lag)."""
+    every request (and admission then refused keyless chats for the loop's lag). Which
+    thread builds it is checked, not how long the loop paused: a pause measured on a busy
+    2-core machine reached 0.6 s with the build in a worker thread (the GIL is shared)."""
+    builders: list[int] = []
+
+    def finish(document: dict[str, Any]) -> dict[str, Any]:
+        builders.append(threading.get_ident())
+        return real_finish(document)
+
+    real_finish = openapi.finish
+    monkeypatch.setattr(openapi, "finish", finish)
     app = create_app(Settings(data_dir=tmp_path))  # the lifespan never runs: no files
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-        held = await longest_pause(http.get("/openapi.json"))
-        response = await http.get("/openapi.json")  # built once, then served as it is
-    assert response.status_code == 200
-    assert response.json()["paths"]["/v1/models/{model}"]
-    assert held < 0.3, f"the event loop was held {held:.2f} s"
+        first = await http.get("/openapi.json")
+        second = await http.get("/openapi.json")  # built once, then served as it is
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json()
+    assert first.json()["paths"]["/v1/models/{model}"]
+    assert len(builders) == 1
+    assert builders[0] != threading.get_ident(), "built on the event loop's thread"
