@@ -19,6 +19,7 @@ import pytest
 
 from parley.bench.quality import (
     DOCUMENTS,
+    HELD_OUT,
     KINDS,
     PREVIOUS,
     QUESTIONS,
@@ -51,11 +52,19 @@ DECLARED = {
     ("unanswerable", "en"): 6,
     ("unanswerable", "zh"): 4,
 }
+DECLARED_HELD_OUT = {
+    ("paraphrase", "en"): 6,
+    ("paraphrase", "zh"): 6,
+    ("cross-language", "en"): 6,
+    ("cross-language", "zh"): 6,
+    ("unanswerable", "en"): 9,
+    ("unanswerable", "zh"): 7,
+}
 _QUESTION_WORDS = (
     "a an the of to in on for at by with from and or but if is are was were be been do does "
     "did i my me we our you your it its this that there what which who whom when where why "
     "how many much long often far can could may might should must will would get have has "
-    "any some up into over out about than then so not no as per"
+    "any some all up into over out about than then so not no as per"
 )
 QUESTION_WORDS = set(_QUESTION_WORDS.split())
 """Words a paraphrase may share with its answer's document (they say nothing of it)."""
@@ -190,14 +199,17 @@ def test_the_corpus() -> None:
     assert re.fullmatch(r"[0-9a-f]{12}", corpus_digest())
 
 
-def test_the_questions() -> None:
-    raw = orjson.loads(QUESTIONS.read_bytes())["questions"]
+@pytest.mark.parametrize(
+    ("path", "declared"), [(QUESTIONS, DECLARED), (HELD_OUT, DECLARED_HELD_OUT)]
+)
+def test_the_questions(path: Path, declared: dict[tuple[str, str], int]) -> None:
+    raw = orjson.loads(path.read_bytes())["questions"]
     assert all(set(item) == {"id", "language", "kind", "question", "answers"} for item in raw)
-    questions = load_questions()
-    assert len({q.id for q in questions}) == len(questions) == 70
+    questions = load_questions(path)
+    assert len({q.id for q in questions}) == len(questions) == sum(declared.values())
     assert len({q.question for q in questions}) == len(questions)
-    assert Counter((q.kind, q.language) for q in questions) == DECLARED
-    assert {q.kind for q in questions} == set(KINDS)
+    assert Counter((q.kind, q.language) for q in questions) == declared
+    assert {q.kind for q in questions} <= set(KINDS)
     names = {path.name for path in document_files()}
     for question in questions:
         chinese = bool(_CJK.search(question.question))
@@ -217,8 +229,17 @@ def test_the_questions() -> None:
                 assert in_chinese == chinese, question.id
 
 
+def test_the_held_out_questions_are_new() -> None:
+    fitted = load_questions()
+    held_out = load_questions(HELD_OUT)
+    assert not {q.id for q in fitted} & {q.id for q in held_out}
+    assert not {q.question for q in fitted} & {q.question for q in held_out}
+    answered = {(a.file, a.passage) for q in fitted for a in q.answers}
+    assert not answered & {(a.file, a.passage) for q in held_out for a in q.answers}
+
+
 def test_paraphrases_share_no_content_word_with_their_answer() -> None:
-    for question in load_questions():
+    for question in [*load_questions(), *load_questions(HELD_OUT)]:
         if question.kind != "paraphrase":
             continue
         [answer] = question.answers
@@ -259,7 +280,9 @@ async def test_a_run_by_words_only_on_the_real_corpus(tmp_path: Path) -> None:
     assert figure["modes"] == ["hybrid", "words"]  # no vectors to search by
     assert figure["documents"] == 30
     assert figure["chunks"] >= 30
-    assert len(figure["questions"]) == 70
+    assert len(figure["questions"]) == 110  # 70, and 40 held out
+    assert figure["held_out"]["answerable"]["questions"] == 24
+    assert figure["held_out"]["unanswerable"]["questions"] == 16
     groups = figure["groups"]
     assert set(groups) == {f"{k}/{lang}" for k, lang in DECLARED} | {"answerable", "unanswerable"}
     assert groups["answerable"]["questions"] == 60
@@ -278,6 +301,8 @@ async def test_a_run_by_words_only_on_the_real_corpus(tmp_path: Path) -> None:
     assert row[-1] == "-"
     lines = quality_markdown(report)
     assert any(line.startswith("| lexical, English | 12 |") for line in lines)
+    assert any(line.startswith("Held out (40 more questions") for line in lines)
+    assert any(line.startswith("| paraphrase, Chinese | 6 |") for line in lines)  # held out
     assert any("false citations" in line for line in lines)
     assert row in rows({"figures": report["figures"]})
     orjson.dumps(figure)  # JSON-able

@@ -690,7 +690,7 @@ async def test_a_new_embedding_model_reloads_and_mismatches_find_nothing(
 
 async def test_memory_is_bounded_least_recently_searched_first_out(database: Database) -> None:
     rows = 10
-    per_base = rows * (4 * 4 + 8 + 4 + 1)
+    per_base = rows * (4 * 4 + 8 + 4 + 1 + 1)  # vector, id, document, alive, script
     vectors = VectorIndexes(database, max_bytes=per_base * 2 + per_base // 2)
     try:
         refs = []

@@ -61,6 +61,9 @@ from parley.store.knowledge import KnowledgeBase
 DATA = Path(__file__).with_name("quality_data")
 DOCUMENTS = DATA / "documents"
 QUESTIONS = DATA / "questions.json"
+HELD_OUT = DATA / "holdout.json"
+"""Questions of the same kinds never used to choose a weight or a threshold: what was
+fitted on ``QUESTIONS`` is checked on them (reported apart, not in ``previous.json``)."""
 PREVIOUS = DATA / "previous.json"
 OWNER = "quality"
 KINDS = ("lexical", "paraphrase", "cross-language", "unanswerable")
@@ -241,6 +244,7 @@ async def retrieval_quality(
     settings = knowledge or KnowledgeSettings()
     k = top_k or settings.top_k
     questions = load_questions()
+    held_out = load_questions(HELD_OUT)
     files = document_files()
     began = time.perf_counter()
     async with httpx.AsyncClient() as client:
@@ -253,7 +257,7 @@ async def retrieval_quality(
                 await service.start()
                 base = await _ingest(service, files)
                 ingest_seconds = time.perf_counter() - began
-                rows, modes = await _search_all(service, base, questions, k)
+                rows, modes = await _search_all(service, base, [*questions, *held_out], k)
                 search_seconds = time.perf_counter() - began - ingest_seconds
             finally:
                 await service.close()
@@ -278,6 +282,7 @@ async def retrieval_quality(
         "documents": len(files),
         "chunks": base.chunks,
         "questions_asked": len(questions),
+        "held_out_asked": len(held_out),
         "modes": list(modes),
         "ingest_seconds": round(ingest_seconds, 1),
         "search_ms_mean": round(search_seconds / max(1, len(questions) * len(modes)) * 1000, 2),
@@ -287,7 +292,8 @@ async def retrieval_quality(
             "words = hybrid_search without a query vector, vectors = hybrid_search without "
             "words; the settings' weak-match cuts apply to each"
         ),
-        "groups": summarise(rows, modes, k),
+        "groups": summarise(rows[: len(questions)], modes, k),
+        "held_out": summarise(rows[len(questions) :], modes, k),
         "questions": rows,
     }
     previous = load_previous()
@@ -508,4 +514,19 @@ def quality_markdown(report: dict[str, Any]) -> list[str]:
             before_entry = previous["groups"].get(name)
             row += " " + " | ".join(_cell(before_entry, mode) for mode in MODES) + " |"
         lines.append(row)
+    held_out = figure.get("held_out")
+    if held_out:
+        lines += [
+            "",
+            f"Held out ({figure['held_out_asked']} more questions of the same kinds in "
+            "`holdout.json`, never used to choose a weight or a threshold):",
+            "",
+            "| questions | n | hybrid | words only | vectors only |",
+            "|---|---|---|---|---|",
+        ]
+        for name, label in _LABELS.items():
+            entry = held_out.get(name)
+            if entry is not None:
+                cells = [_cell(entry, mode) for mode in MODES]
+                lines.append(f"| {label} | {entry['questions']} | {' | '.join(cells)} |")
     return lines

@@ -79,6 +79,7 @@ _COLUMNS = (
     "section",
     "text_hash",
     "embedding",
+    "script",
 )
 _INSERT_SQLITE = (
     f"INSERT INTO kb_chunks ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
@@ -103,7 +104,7 @@ class ChunkView:
 # --- writing ------------------------------------------------------------------------------
 
 
-ChunkRow = tuple[str, str, str, int, str, str, int | None, str | None, str, bytes | None]
+ChunkRow = tuple[str, str, str, int, str, str, int | None, str | None, str, bytes | None, int]
 """A ``kb_chunks`` row as written (the columns of ``_COLUMNS``, in order)."""
 
 
@@ -138,7 +139,8 @@ def chunk_rows(
     vectors: Vectors | None,
 ) -> list[ChunkRow]:
     """The rows of ``chunks``: their terms (``lexical.index_terms``), the SHA-256 of their
-    text, their vectors as little-endian float32 bytes. No database: a thread may do it."""
+    text, their vectors as little-endian float32 bytes, their script (``lexical.script``).
+    No database: a thread may do it."""
     if vectors is not None and len(vectors) != len(chunks):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
     blobs: list[bytes | None]
@@ -159,6 +161,7 @@ def chunk_rows(
             chunk.section,
             hashlib.sha256(chunk.text.encode("utf-8", "surrogatepass")).hexdigest(),
             blob,
+            lexical.script(chunk.text),
         )
         for chunk, blob in zip(chunks, blobs, strict=True)
     ]

@@ -32,6 +32,28 @@ _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
 _CJK_RUN = re.compile(rf"[{_CJK}]")
 
 
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
+_LETTERS = re.compile(rf"[^\W\d_{_CJK}]")
+CJK_SCRIPT_SHARE = 0.2
+"""``script``: a text is CJK when its CJK characters are at least this share of its
+letters (a Chinese document quoting English names stays CJK: a Chinese character holds
+about as much as a whole English word)."""
+LATIN, CJK = 0, 1
+"""``script``'s values, as stored in ``kb_chunks.script``."""
+
+
+def script(text: str) -> int:
+    """``CJK`` or ``LATIN`` (any other script, and text without letters): what the
+    vector search groups chunks by for a cross-lingual model (``vectors.py``)."""
+    if text.isascii():
+        return LATIN
+    cjk = len(_CJK_CHAR.findall(text))
+    if not cjk:
+        return LATIN
+    others = len(_LETTERS.findall(text))
+    return CJK if cjk >= CJK_SCRIPT_SHARE * (cjk + others) else LATIN
+
+
 _ASCII_SPACES = (
     bytes(c if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(128))
     .decode("ascii")

@@ -12,6 +12,16 @@ float32 takes 8-13 ms; sqlite-vec's exact scan 100 ms, its int8 110 ms; faiss fl
 (a large dependency); binary codes with rescoring 5 ms but recall@10 0.73 on random
 vectors. Hence exact numpy.
 
+A cross-lingual model (``CROSS_LINGUAL``) gives a question a higher cosine with every
+chunk in its own language than with any chunk in the other: with multilingual-e5-small,
+English questions whose answer is in a Chinese document found it at rank 4 to 21 among
+30 (figure 14's corpus). For those models a base's chunks are compared within their
+script (``lexical.script``, stored per chunk): each script's cosines are standardised and
+put back on the scale of the whole base (mean and spread), so that the best chunk of
+each language competes on how far it stands out of its own language. Cross-language
+recall@6 went from .50 to 1.0 on figure 14's questions and on its held-out set, with
+Chinese paraphrase MRR .90 -> .74 the cost. A base in one script is searched as before.
+
 What does not belong here: searching by words and fusion (``index.py``).
 """
 
@@ -30,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection, bindparam, select, text
 
+from parley.knowledge.e5 import E5_MODEL_ID
 from parley.knowledge.types import KbRef
 from parley.store.database import Database
 from parley.store.schema import kb_documents, knowledge_bases
@@ -51,8 +62,15 @@ _COMPACT_SHARE = 0.25
 """Rows of removed documents are dropped from the matrix past this share of it."""
 
 
+CROSS_LINGUAL = frozenset({E5_MODEL_ID})
+"""Models whose chunks are compared within their script (see the module)."""
+MIN_SCRIPT_ROWS = 8
+"""A script with fewer chunks than this in a base is left as it is: too few to say how
+its cosines spread."""
+
+
 def _row_bytes(dimensions: int) -> int:
-    return dimensions * 4 + 8 + 4 + 1  # vector, chunk id, document code, alive
+    return dimensions * 4 + 8 + 4 + 1 + 1  # vector, chunk id, document code, alive, script
 
 
 @dataclass(slots=True)
@@ -64,6 +82,7 @@ class _Matrix:
     ids: npt.NDArray[np.int64]
     documents: npt.NDArray[np.int32]
     alive: npt.NDArray[np.bool_]
+    scripts: npt.NDArray[np.int8]
     size: int
     dead: int = 0
 
@@ -74,6 +93,7 @@ class _Matrix:
             np.empty(capacity, dtype=np.int64),
             np.empty(capacity, dtype=np.int32),
             np.ones(capacity, dtype=np.bool_),
+            np.zeros(capacity, dtype=np.int8),
             0,
         )
 
@@ -85,12 +105,14 @@ class _Matrix:
             grown.ids[: self.size] = self.ids[: self.size]
             grown.documents[: self.size] = self.documents[: self.size]
             grown.alive[: self.size] = self.alive[: self.size]
+            grown.scripts[: self.size] = self.scripts[: self.size]
             self.vectors, self.ids, self.documents = grown.vectors, grown.ids, grown.documents
-            self.alive = grown.alive
+            self.alive, self.scripts = grown.alive, grown.scripts
         self.vectors[self.size : end] = rows.vectors
         self.ids[self.size : end] = rows.ids
         self.documents[self.size : end] = codes
         self.alive[self.size : end] = True
+        self.scripts[self.size : end] = rows.scripts
         self.size = end
 
     def kill(self, code: int) -> None:
@@ -104,12 +126,16 @@ class _Matrix:
         smaller.vectors[: len(keep)] = self.vectors[keep]
         smaller.ids[: len(keep)] = self.ids[keep]
         smaller.documents[: len(keep)] = self.documents[keep]
+        smaller.scripts[: len(keep)] = self.scripts[keep]
         self.vectors, self.ids, self.documents = smaller.vectors, smaller.ids, smaller.documents
-        self.alive, self.size, self.dead = smaller.alive, len(keep), 0
+        self.alive, self.scripts = smaller.alive, smaller.scripts
+        self.size, self.dead = len(keep), 0
 
     def top(
-        self, query: npt.NDArray[np.float32], limit: int
+        self, query: npt.NDArray[np.float32], limit: int, *, by_script: bool = False
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """The best ``limit`` rows: (score, chunk id), in no order. The score is the
+        cosine; ``by_script``, the cosine standardised within its script (the module)."""
         if self.size == 0:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         # one row at a time on this thread (vecdot), not BLAS's matrix product: OpenBLAS's
@@ -121,6 +147,8 @@ class _Matrix:
         scores: npt.NDArray[np.float32] = rows @ query if vecdot is None else vecdot(rows, query)
         if self.dead:
             scores[~self.alive[: self.size]] = -np.inf
+        if by_script:
+            scores = _within_script(scores, self.scripts[: self.size])
         if limit < self.size:
             best = np.argpartition(scores, self.size - limit)[self.size - limit :]
         else:
@@ -129,12 +157,34 @@ class _Matrix:
         return scores[best], self.ids[best]
 
 
+def _within_script(
+    scores: npt.NDArray[np.float32], scripts: npt.NDArray[np.int8]
+) -> npt.NDArray[np.float32]:
+    """Each script's scores standardised, then given the mean and spread of all of them
+    (rows of removed documents, at -inf, left out and left so). Unchanged when the rows
+    are of one script, or a script has under ``MIN_SCRIPT_ROWS``."""
+    live = np.isfinite(scores)
+    groups = [live & (scripts == script) for script in np.unique(scripts[live]).tolist()]
+    counts = [int(group.sum()) for group in groups]
+    if len(groups) < 2 or min(counts) < MIN_SCRIPT_ROWS:
+        return scores
+    mean, spread = float(scores[live].mean()), float(scores[live].std())
+    out = scores.copy()
+    for group in groups:
+        own = scores[group]
+        own_spread = float(own.std())
+        if own_spread > 0:
+            out[group] = (own - own.mean()) / own_spread * spread + mean
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class _Rows:
     ids: npt.NDArray[np.int64]
     documents: list[str]
     """Each row's document id."""
     vectors: npt.NDArray[np.float32]
+    scripts: npt.NDArray[np.int8]
 
 
 @dataclass(slots=True)
@@ -245,7 +295,8 @@ class VectorIndexes:
         if not matrices:
             return []
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, _top, matrices, query, limit)
+        by_script = model in CROSS_LINGUAL
+        return await loop.run_in_executor(self._worker, _top, matrices, query, limit, by_script)
 
     def document_ready(self, kb_id: str, version: int, document_id: str) -> None:
         """A document of ``kb_id`` became searchable, and the base is now at
@@ -375,10 +426,10 @@ class VectorIndexes:
 
 
 def _top(
-    matrices: list[_Matrix], query: npt.NDArray[np.float32], limit: int
+    matrices: list[_Matrix], query: npt.NDArray[np.float32], limit: int, by_script: bool
 ) -> list[tuple[int, float]]:
     """On the worker thread: the best ``limit`` rows of all ``matrices``, ties by id."""
-    parts = [matrix.top(query, limit) for matrix in matrices]
+    parts = [matrix.top(query, limit, by_script=by_script) for matrix in matrices]
     scores = np.concatenate([part[0] for part in parts])
     ids = np.concatenate([part[1] for part in parts])
     order = np.lexsort((ids, -scores))[:limit]
@@ -391,9 +442,10 @@ _ROWS_WHERE = (
     "AND d.status = 'ready' AND c.embedding IS NOT NULL AND length(c.embedding) = :width"
 )
 _COUNT_ROWS = text(f"SELECT count(*) {_ROWS_WHERE}")
-_ALL_ROWS = text(f"SELECT c.id, c.document_id, c.embedding {_ROWS_WHERE} ORDER BY c.id")
+_ALL_ROWS = text(f"SELECT c.id, c.document_id, c.embedding, c.script {_ROWS_WHERE} ORDER BY c.id")
 _DOCUMENT_ROWS = text(
-    f"SELECT c.id, c.document_id, c.embedding {_ROWS_WHERE} AND c.document_id IN :documents "
+    f"SELECT c.id, c.document_id, c.embedding, c.script {_ROWS_WHERE} "
+    "AND c.document_id IN :documents "
     "ORDER BY c.id"
 ).bindparams(bindparam("documents", expanding=True))
 
@@ -441,12 +493,13 @@ def _load(
     codes = {document_id: n for n, document_id in enumerate(base.documents)}
     n = 0
     if count:
-        for chunk_id, document_id, blob in conn.execute(_ALL_ROWS, params):
+        for chunk_id, document_id, blob, script in conn.execute(_ALL_ROWS, params):
             if n == count:
                 break
             matrix.vectors[n] = np.frombuffer(blob, dtype="<f4")
             matrix.ids[n] = chunk_id
             matrix.documents[n] = codes[document_id]
+            matrix.scripts[n] = script
             n += 1
     matrix.size = n
     counted, counts = np.unique(matrix.documents[:n], return_counts=True)
@@ -481,15 +534,16 @@ def _changes(
         return _load(conn, owner, kb_id, budget, base)
     removed = [doc for doc, updated in known.items() if base.documents.get(doc) != updated]
     added = [doc for doc, updated in base.documents.items() if known.get(doc) != updated]
-    found: list[tuple[int, str, bytes]] = []
+    found: list[tuple[int, str, bytes, int]] = []
     if added and shape[1]:
         params: dict[str, Any] = {"owner": owner, "kb_id": kb_id, "width": shape[1] * 4}
         for start in range(0, len(added), FETCH_BATCH):
             params["documents"] = added[start : start + FETCH_BATCH]
             rows = conn.execute(_DOCUMENT_ROWS, params)
-            found.extend((int(row[0]), str(row[1]), bytes(row[2])) for row in rows)
+            found.extend((int(row[0]), str(row[1]), bytes(row[2]), int(row[3])) for row in rows)
     vectors = np.empty((len(found), shape[1]), dtype=np.float32)
-    for n, (_id, _document, blob) in enumerate(found):
+    for n, (_id, _document, blob, _script) in enumerate(found):
         vectors[n] = np.frombuffer(blob, dtype="<f4")
     ids = np.array([row[0] for row in found], dtype=np.int64)
-    return _Changes(base, removed, _Rows(ids, [row[1] for row in found], vectors))
+    scripts = np.array([row[3] for row in found], dtype=np.int8)
+    return _Changes(base, removed, _Rows(ids, [row[1] for row in found], vectors, scripts))

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -258,6 +259,7 @@ kb_chunks = Table(
     Column("section", Text, nullable=True),
     Column("text_hash", String(64), nullable=False),
     Column("embedding", LargeBinary, nullable=True),
+    Column("script", SmallInteger, nullable=False, server_default="0"),  # lexical.script
     Index("ix_kb_chunks_kb", "kb_id"),
     Index("ix_kb_chunks_document", "document_id", "ordinal"),
     # ids are never reused: a citation's chunk id never comes to name another chunk
