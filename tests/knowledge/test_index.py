@@ -426,13 +426,13 @@ def test_score_fusion_weighs_word_coverage_against_rescaled_cosines() -> None:
     meaning = [(3, 0.9), (4, 0.8), (1, 0.5)]  # rescaled from 0.5 to 0.9: 1, 0.75, 0
     hits = fuse_scores(words, meaning, ceiling=10.0, floor=0.5, limit=10)
     assert ranked(hits) == [
-        # the vectors' best shares one word of five with the question: 0.5 * 0.2^3 + 0.5
-        (3, 0.504, 3, 1),
-        # every word of the question, nothing by meaning: 0.5 * 1^3 + 0
+        # the vectors' best shares one word of five with the question: 0.5 * 0.2^4 + 0.5
+        (3, 0.5008, 3, 1),
+        # every word of the question, nothing by meaning: 0.5 * 1^4 + 0
         (1, 0.5, 1, 3),
         (4, 0.375, None, 2),
-        # half the question's words: 0.5 * 0.5^3
-        (2, 0.0625, 2, None),
+        # half the question's words: 0.5 * 0.5^4
+        (2, 0.03125, 2, None),
     ]
     # reciprocal rank fusion put the chunk found by both lists first, whatever it held
     assert [h.chunk_id for h in fuse([words, meaning], limit=2)] == [1, 3]
@@ -453,12 +453,12 @@ def test_score_fusion_of_one_list_keeps_its_order_at_full_weight() -> None:
     assert ranked(fuse_scores(words, [], ceiling=10.0, limit=5)) == [
         (5, 1.0, 1, None),
         (6, 1.0, 2, None),  # a tie at 1: the better rank first
-        (7, 0.125, 3, None),
+        (7, 0.0625, 3, None),
     ]
     # without a ceiling (PostgreSQL's ts_rank): relative to the best
     assert ranked(fuse_scores([(8, 0.4), (9, 0.2)], [], ceiling=None, limit=5)) == [
         (8, 1.0, 1, None),
-        (9, 0.125, 2, None),
+        (9, 0.0625, 2, None),
     ]
     # vectors alone: rescaled between the lowest (by default, of the list) and the best
     assert ranked(fuse_scores([], [(1, 0.9), (2, 0.7), (3, 0.5)], ceiling=None, limit=5)) == [
@@ -475,7 +475,7 @@ def test_score_fusion_of_one_list_keeps_its_order_at_full_weight() -> None:
     # a chunk repeated within a list counts at its first place only
     assert ranked(fuse_scores([(7, 10.0), (7, 5.0), (8, 5.0)], [], ceiling=10.0, limit=3)) == [
         (7, 1.0, 1, None),
-        (8, 0.125, 2, None),
+        (8, 0.0625, 2, None),
     ]
 
 

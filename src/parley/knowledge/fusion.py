@@ -26,16 +26,20 @@ LEXICAL_WEIGHT = 0.5
 """``fuse_scores``: the share of a hybrid score given to words, the rest to vectors.
 Equal: neither half is trusted more a priori (weak word evidence is made small by
 ``COVERAGE_POWER``, not by this weight)."""
-COVERAGE_POWER = 3
+COVERAGE_POWER = 4
 """``fuse_scores``: word evidence is the share of the question's words a chunk holds,
-to this power. A chunk holding every word counts fully, half of them 1/8, one word of
-five under 1/100: sharing a word or two with the question (a paraphrase's distractors,
-another topic's "year" and "bridge") must not outweigh a small lead by meaning, while
-a chunk holding the question's words still wins. Measured on figure 14's corpus: with
-MiniLM, powers 1 to 3 all keep every kind at least as good as its better half; with
-multilingual-e5-small (whose cosines lie close together, so that small word scores
-reorder them), powers 1 and 2 at weight 0.5 do not, 3 does. With 3 the weights that
-meet the bar are 0.3 to 0.6 (MiniLM) and 0.1 to 0.5 (e5): 0.5 is inside both."""
+to this power. A chunk holding every word counts fully, half of them 1/16, one word of
+five under 1/600: sharing a word or two with the question (a paraphrase's distractors,
+another topic's "year" and "bridge", an English chunk near an English question whose
+answer is in Chinese) must not outweigh a small lead by meaning, while a chunk holding
+the question's words still wins. Measured on figure 14's corpus: with MiniLM, powers 1
+to 4 all keep every kind of its 70 questions at least as good as its better half (of
+the 40 held out, one Chinese question found by an English name alone is lost at 3 and
+4 alike: MiniLM cannot read the Chinese); with
+multilingual-e5-small, compared within scripts (``vectors.py``), 3 put two English
+questions' Chinese answers a place lower than vectors alone did (cross-language MRR
+.40 against .51) where 4 does not, on the 70 questions and on the 40 held out; at 3,
+before the comparison within scripts, weights 0.1 to 0.5 met the bar. 0.5 still does."""
 FUSION = (
     f"score: {LEXICAL_WEIGHT} x word coverage^{COVERAGE_POWER} (BM25 / the BM25 of a "
     f"chunk holding every query word) + {1 - LEXICAL_WEIGHT} x cosine min-max over the "
@@ -90,7 +94,7 @@ def fuse_scores(
       ``ceiling`` (``bm25_ceiling``: 1 is every word of the question, once, in a chunk
       of average length), at most 1; to the power ``COVERAGE_POWER``. An absolute
       scale, so that weak evidence counts little however it ranks among the others: a
-      chunk sharing one rare word of five with the question scores about 0.2^3.
+      chunk sharing one rare word of five with the question scores about 0.2^4.
       Without a ceiling (PostgreSQL's ts_rank has none), relative to the best;
     - vectors: cosine rescaled between ``floor`` (the lowest cosine of the candidates
       searched, before any cut; by default the lowest here) and the best: 0..1 whatever
