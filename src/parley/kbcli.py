@@ -283,24 +283,72 @@ def list_bases(server: ServerOption = DEFAULT_SERVER, api_key: KeyOption = None)
     api = _Api(server, api_key)
     table = Table("name", "documents", "chunks", "embedding model", "updated")
     table.add_column("id", no_wrap=True, min_width=29)
+    stale = 0
+    for b in _all_bases(api):
+        updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(b["updated_at"]))
+        model = escape(b["embedding_model"] or "-")
+        if b.get("reindex_needed"):
+            stale += 1
+            model += " [yellow](re-index)[/yellow]"
+        table.add_row(
+            escape(b["name"]), str(b["documents"]), str(b["chunks"]), model, updated, b["id"]
+        )
+    console.print(table)
+    if stale:
+        console.print(
+            f"{stale} base(s) not embedded with the server's model are searched by words "
+            "only: `parley kb reindex --stale`"
+        )
+
+
+def _all_bases(api: _Api) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
     after: str | None = None
     while True:
         params = {"limit": 100, **({"after": after} if after else {})}
         answer = api.call("GET", "/knowledge_bases", params=params)
-        for b in answer["data"]:
-            updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(b["updated_at"]))
-            table.add_row(
-                escape(b["name"]),
-                str(b["documents"]),
-                str(b["chunks"]),
-                escape(b["embedding_model"] or "-"),
-                updated,
-                b["id"],
-            )
+        found += answer["data"]
         if not answer["has_more"]:
-            break
+            return found
         after = answer["last_id"]
-    console.print(table)
+
+
+@kb_app.command("reindex")
+def reindex(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Knowledge base names or ids.", show_default=False)
+    ] = None,
+    stale: Annotated[
+        bool,
+        typer.Option(
+            "--stale", help="Every base not embedded with the server's model (reindex_needed)."
+        ),
+    ] = False,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: KeyOption = None,
+) -> None:
+    """Index knowledge bases again with the server's current embedding model, in the
+    background (after changing knowledge.embedder; `parley kb list` shows progress).
+    Until then a base is searched by its words only."""
+    if not names and not stale:
+        _exit("name the knowledge bases to re-index, or give --stale", 2)
+    api = _Api(server, api_key)
+    chosen = []
+    for name in names or []:
+        found = api.call("GET", _kb_path(name), allow=(404,))
+        if isinstance(found, httpx.Response):
+            _exit(f"no knowledge base named {name!r}", 2)
+        chosen.append(dict(found))
+    if stale:
+        known = {b["id"] for b in chosen}
+        chosen += [b for b in _all_bases(api) if b["reindex_needed"] and b["id"] not in known]
+    if not chosen:
+        console.print("every knowledge base is embedded with the server's model: nothing to do")
+        return
+    for b in chosen:
+        queued = api.call("POST", f"/knowledge_bases/{b['id']}/reindex")["queued"]
+        console.print(f"[bold]{escape(b['name'])}[/bold]: {queued} document(s) queued")
+    console.print("indexing runs in the background on the server (`parley kb list`)")
 
 
 @kb_app.command("search")

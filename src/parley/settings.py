@@ -424,6 +424,16 @@ def default_data_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "parley"
 
 
+def default_cache_dir() -> Path:
+    """Where files Parley can make again are kept (converted models): the user's cache."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "parley"
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "parley" / "cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "parley"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PARLEY_", env_nested_delimiter="__", extra="forbid", yaml_file=None

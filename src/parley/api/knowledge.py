@@ -145,7 +145,7 @@ class MultiSearchRequest(SearchRequest):
 # --- JSON shapes -------------------------------------------------------------------------
 
 
-def base_json(base: KnowledgeBase) -> dict[str, Any]:
+def base_json(base: KnowledgeBase, *, reindex_needed: bool) -> dict[str, Any]:
     return {
         "id": base.id,
         "object": "knowledge_base",
@@ -153,6 +153,7 @@ def base_json(base: KnowledgeBase) -> dict[str, Any]:
         "description": base.description,
         "embedding_model": base.embedding_model or None,
         "dimensions": base.dimensions,
+        "reindex_needed": reindex_needed,
         "chunk_size": base.chunk_size,
         "chunk_overlap": base.chunk_overlap,
         "documents": base.documents,
@@ -295,7 +296,7 @@ async def create_base(request: Request, body: BaseCreate) -> dict[str, Any]:
         chunk_size=body.chunk_size,
         chunk_overlap=body.chunk_overlap,
     )
-    return base_json(base)
+    return base_json(base, reindex_needed=service.reindex_needed(base))
 
 
 @router.get("", **answers(KnowledgeBaseList, errors=(404,)))
@@ -307,14 +308,15 @@ async def list_bases(
     """Newest first."""
     service, owner = await _context(request)
     rows = await service.store.bases(owner, limit=limit + 1, after=after)
-    return page(rows, limit, base_json)
+    return page(rows, limit, lambda b: base_json(b, reindex_needed=service.reindex_needed(b)))
 
 
 @router.get("/{kb}", **answers(BaseShape))
 async def get_base(request: Request, kb: str) -> dict[str, Any]:
     """By id or by name."""
     service, owner = await _context(request)
-    return base_json(await _base(service, owner, kb))
+    base = await _base(service, owner, kb)
+    return base_json(base, reindex_needed=service.reindex_needed(base))
 
 
 @router.patch("/{kb}", **answers(BaseShape, errors=(409,)))
@@ -324,7 +326,7 @@ async def update_base(request: Request, kb: str, body: BaseUpdate) -> dict[str, 
         base = await service.store.update(owner, kb, name=body.name, description=body.description)
     except LookupError:
         raise _base_not_found(kb) from None
-    return base_json(base)
+    return base_json(base, reindex_needed=service.reindex_needed(base))
 
 
 @router.delete("/{kb}", **answers(Deleted))

@@ -335,6 +335,11 @@ class KnowledgeBase(Shape):
     description: str
     embedding_model: str | None
     dimensions: int | None
+    reindex_needed: bool = Field(
+        description="The base's chunks are not embedded with the server's model (another "
+        "model, or none): it is searched by words only until POST .../reindex "
+        "(`parley kb reindex --stale`)."
+    )
     chunk_size: int
     chunk_overlap: int
     documents: int

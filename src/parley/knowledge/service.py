@@ -227,6 +227,13 @@ class KnowledgeService:
         self.ingestor.enqueue(owner, document_id)
         return document
 
+    def reindex_needed(self, base: KnowledgeBase) -> bool:
+        """Whether the base has chunks without vectors of the server's embedding model
+        (indexed with another model, or with none): searched by words only until it is
+        re-indexed (``reindex_base``)."""
+        embedder = self.embedder
+        return embedder is not None and base.chunks > 0 and base.embedding_model != embedder.model
+
     async def reindex_base(self, owner: str, base: KnowledgeBase) -> int:
         """Index every document of the base again, with the server's current embedding
         model (Langchain-Chatchat's ``recreate_vector_store``); how many were queued."""
@@ -350,14 +357,12 @@ def _clean_filename(filename: str) -> str:
     return name[:255] or "document"
 
 
-def build_embedder(
-    settings: KnowledgeSettings, client: httpx.AsyncClient, *, data_dir: Path | None = None
-) -> Embedder | None:
-    """The embedder ``knowledge.embedder`` names. ``auto``: the local model when the
-    ``embed`` extra is installed, else none (lexical search only). ``local`` or
+def build_embedder(settings: KnowledgeSettings, client: httpx.AsyncClient) -> Embedder | None:
+    """The embedder ``knowledge.embedder`` names. ``auto``: multilingual-e5-small when
+    the ``embed`` extra is installed, else none (lexical search only). ``local`` or
     ``multilingual-e5-small`` without the extra is a ``ConfigurationError``. Converted
-    models are kept in ``model_cache_dir``, else ``data_dir/models`` (``data_dir``: the
-    settings' default when not given)."""
+    models are kept in ``model_cache_dir``, else the user's cache
+    (``default_cache_dir()/models``), shared by every data directory."""
     from parley.knowledge.embeddings import LocalEmbedder
     from parley.knowledge.openai_embeddings import OpenAIEmbedder
 
@@ -365,12 +370,8 @@ def build_embedder(
         case "none":
             return None
         case "multilingual-e5-small":
-            from parley.knowledge.e5 import E5Embedder
-            from parley.settings import default_data_dir
-
-            cache = settings.model_cache_dir or (data_dir or default_data_dir()) / "models"
             try:
-                return E5Embedder(cache)
+                return _e5(settings)
             except EmbeddingError as exc:
                 message = f"knowledge.embedder is multilingual-e5-small, but {exc}"
                 raise ConfigurationError(message) from None
@@ -393,7 +394,14 @@ def build_embedder(
                 raise ConfigurationError(f"knowledge.embedder is local, but {exc}") from None
         case "auto":
             try:
-                return LocalEmbedder()
+                return _e5(settings)
             except EmbeddingError as exc:
                 log.info("no local embedding model (%s): knowledge search is lexical", exc)
                 return None
+
+
+def _e5(settings: KnowledgeSettings) -> Embedder:
+    from parley.knowledge.e5 import E5Embedder
+    from parley.settings import default_cache_dir
+
+    return E5Embedder(settings.model_cache_dir or default_cache_dir() / "models")

