@@ -21,6 +21,8 @@ from parley.bench.quality import (
     DOCUMENTS,
     HELD_OUT,
     KINDS,
+    OFF_TOPIC,
+    OFF_TOPIC_HELD_OUT,
     PREVIOUS,
     QUESTIONS,
     answers,
@@ -229,9 +231,19 @@ def test_the_questions(path: Path, declared: dict[tuple[str, str], int]) -> None
                 assert in_chinese == chinese, question.id
 
 
+@pytest.mark.parametrize(("path", "count"), [(OFF_TOPIC, 25), (OFF_TOPIC_HELD_OUT, 30)])
+def test_the_off_topic_questions(path: Path, count: int) -> None:
+    questions = load_questions(path)
+    assert len({q.id for q in questions}) == len({q.question for q in questions}) == count
+    assert {q.kind for q in questions} == {"off-topic"}
+    assert all(q.answers == () for q in questions)
+    for question in questions:
+        assert bool(_CJK.search(question.question)) == (question.language == "zh"), question.id
+
+
 def test_the_held_out_questions_are_new() -> None:
-    fitted = load_questions()
-    held_out = load_questions(HELD_OUT)
+    fitted = load_questions() + load_questions(OFF_TOPIC)
+    held_out = load_questions(HELD_OUT) + load_questions(OFF_TOPIC_HELD_OUT)
     assert not {q.id for q in fitted} & {q.id for q in held_out}
     assert not {q.question for q in fitted} & {q.question for q in held_out}
     answered = {(a.file, a.passage) for q in fitted for a in q.answers}
@@ -280,11 +292,19 @@ async def test_a_run_by_words_only_on_the_real_corpus(tmp_path: Path) -> None:
     assert figure["modes"] == ["hybrid", "words"]  # no vectors to search by
     assert figure["documents"] == 30
     assert figure["chunks"] >= 30
-    assert len(figure["questions"]) == 110  # 70, and 40 held out
+    assert len(figure["questions"]) == 165  # 70 and 25 off-topic; 40 and 30 held out
     assert figure["held_out"]["answerable"]["questions"] == 24
     assert figure["held_out"]["unanswerable"]["questions"] == 16
+    assert figure["held_out"]["off-topic"]["questions"] == 30
     groups = figure["groups"]
-    assert set(groups) == {f"{k}/{lang}" for k, lang in DECLARED} | {"answerable", "unanswerable"}
+    assert set(groups) == {f"{k}/{lang}" for k, lang in DECLARED} | {
+        "answerable",
+        "unanswerable",
+        "off-topic/en",
+        "off-topic/zh",
+        "off-topic",
+    }
+    assert config["nothing_matches"] == "off"  # no embedder: no floors
     assert groups["answerable"]["questions"] == 60
     # what words alone must find
     for name in ("lexical/en", "lexical/zh"):
@@ -301,7 +321,8 @@ async def test_a_run_by_words_only_on_the_real_corpus(tmp_path: Path) -> None:
     assert row[-1] == "-"
     lines = quality_markdown(report)
     assert any(line.startswith("| lexical, English | 12 |") for line in lines)
-    assert any(line.startswith("Held out (40 more questions") for line in lines)
+    assert any(line.startswith("Held out (70 more questions") for line in lines)
+    assert any(line.startswith("| **all off-topic: false citations** | 25 |") for line in lines)
     assert any(line.startswith("| paraphrase, Chinese | 6 |") for line in lines)  # held out
     assert any("false citations" in line for line in lines)
     assert row in rows({"figures": report["figures"]})

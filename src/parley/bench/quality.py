@@ -44,29 +44,39 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 
+from parley.knowledge import background
+from parley.knowledge.background import Floors
 from parley.knowledge.fusion import FUSION
-from parley.knowledge.index import fetch_chunks, hybrid_search
+from parley.knowledge.index import MIN_COVERAGE, fetch_chunks, hybrid_search
 from parley.knowledge.service import KnowledgeService, build_embedder
 from parley.knowledge.settings import KnowledgeSettings
-from parley.knowledge.types import Hit, KbRef
+from parley.knowledge.types import Embedder, Hit, KbRef
 from parley.settings import Settings
 from parley.store.database import Database
 from parley.store.knowledge import KnowledgeBase
 
+if TYPE_CHECKING:
+    from parley.knowledge.types import Vectors
+
 DATA = Path(__file__).with_name("quality_data")
 DOCUMENTS = DATA / "documents"
 QUESTIONS = DATA / "questions.json"
+OFF_TOPIC = DATA / "offtopic.json"
+"""Questions on other subjects altogether (``nothing_matches`` was set on these)."""
+OFF_TOPIC_HELD_OUT = DATA / "offtopic_holdout.json"
 HELD_OUT = DATA / "holdout.json"
 """Questions of the same kinds never used to choose a weight or a threshold: what was
 fitted on ``QUESTIONS`` is checked on them (reported apart, not in ``previous.json``)."""
 PREVIOUS = DATA / "previous.json"
 OWNER = "quality"
-KINDS = ("lexical", "paraphrase", "cross-language", "unanswerable")
+KINDS = ("lexical", "paraphrase", "cross-language", "unanswerable", "off-topic")
+UNANSWERABLE = ("unanswerable", "off-topic")
+"""Kinds no document answers: near topics, and other subjects altogether."""
 LANGUAGES = ("en", "zh")
 MODES = ("hybrid", "words", "vectors")
 INGEST_TIMEOUT = 600.0
@@ -182,13 +192,14 @@ def summarise(rows: Sequence[dict[str, Any]], modes: Sequence[str], k: int) -> d
             chosen = [r for r in rows if r["kind"] == kind and r["language"] == language]
             if chosen:
                 groups[f"{kind}/{language}"] = chosen
-    groups["answerable"] = [r for r in rows if r["kind"] != "unanswerable"]
+    groups["answerable"] = [r for r in rows if r["kind"] not in UNANSWERABLE]
     groups["unanswerable"] = [r for r in rows if r["kind"] == "unanswerable"]
+    groups["off-topic"] = [r for r in rows if r["kind"] == "off-topic"]
     out: dict[str, Any] = {}
     for name, chosen in groups.items():
         if not chosen:
             continue
-        answerable = not name.startswith("unanswerable")
+        answerable = name.split("/")[0] not in UNANSWERABLE
         entry: dict[str, Any] = {"questions": len(chosen)}
         for mode in modes:
             entry[mode] = group_metrics(chosen, mode, answerable=answerable, k=k)
@@ -243,8 +254,8 @@ async def retrieval_quality(
     cuts (default settings: the local model when installed)."""
     settings = knowledge or KnowledgeSettings()
     k = top_k or settings.top_k
-    questions = load_questions()
-    held_out = load_questions(HELD_OUT)
+    questions = load_questions() + load_questions(OFF_TOPIC)
+    held_out = load_questions(HELD_OUT) + load_questions(OFF_TOPIC_HELD_OUT)
     files = document_files()
     began = time.perf_counter()
     async with httpx.AsyncClient() as client:
@@ -271,6 +282,7 @@ async def retrieval_quality(
         "fusion": _fusion(),
         "min_similarity": settings.min_similarity,
         "min_relative_score": settings.min_relative_score,
+        "nothing_matches": _nothing_matches(settings, model),
         "chunk_size": settings.chunk_size,
         "chunk_overlap": settings.chunk_overlap,
         "top_k": k,
@@ -318,12 +330,17 @@ async def _search_all(
         found: dict[str, list[tuple[str, str]]] = {}
         results = await service.search(OWNER, [base], question.question, top_k=k)
         found["hybrid"] = [(r.chunk.filename, r.chunk.text) for r in results]
+        vector = None
+        if vectors_too:
+            assert embedder is not None
+            vector = (await embedder.embed([question.question]))[0]
         common: dict[str, Any] = {
             "owner": OWNER,
             "kbs": kbs,
             "top_k": k,
             "min_similarity": settings.min_similarity,
             "min_relative_score": settings.min_relative_score,
+            "floors": _floors(settings, embedder, vector),
         }
         words = await hybrid_search(
             service._db,
@@ -335,9 +352,8 @@ async def _search_all(
         )
         found["words"] = await _chunks(service, words)
         best_cosine = None
-        if vectors_too:
+        if vector is not None:
             assert embedder is not None
-            vector = (await embedder.embed([question.question]))[0]
             meaning = await hybrid_search(
                 service._db,
                 service.vectors,
@@ -364,6 +380,27 @@ async def _search_all(
             }
         )
     return rows, modes
+
+
+def _nothing_matches(settings: KnowledgeSettings, model: str) -> str:
+    """How "nothing matches" is decided, in words (figure 14 records it)."""
+    margin = background.MARGINS.get(model)
+    if not settings.nothing_matches or margin is None:
+        return "off"
+    return (
+        f"a chunk's cosine >= the mean of the question's {background.TOP} best cosines with "
+        f"generic passages of its script {margin:+.2f}; by words alone, coverage >= "
+        f"{MIN_COVERAGE}"
+    )
+
+
+def _floors(
+    settings: KnowledgeSettings, embedder: Embedder | None, vector: Vectors | None
+) -> Floors | None:
+    """What ``KnowledgeService.search`` cuts at (``knowledge.nothing_matches``)."""
+    if vector is None or embedder is None or not settings.nothing_matches:
+        return None
+    return background.floors(embedder.model, vector)
 
 
 def load_previous(path: Path = PREVIOUS) -> dict[str, Any] | None:
@@ -405,6 +442,9 @@ _LABELS = {
     "unanswerable/en": "unanswerable, English: false citations",
     "unanswerable/zh": "unanswerable, Chinese: false citations",
     "unanswerable": "**all unanswerable: false citations**",
+    "off-topic/en": "off-topic, English: false citations",
+    "off-topic/zh": "off-topic, Chinese: false citations",
+    "off-topic": "**all off-topic: false citations**",
 }
 
 
@@ -425,7 +465,7 @@ def verdict(figure: dict[str, Any]) -> bool | None:
     if "vectors" not in figure["modes"]:
         return None
     for name, entry in groups.items():
-        if name.startswith("unanswerable"):
+        if name.split("/")[0] in UNANSWERABLE:
             continue
         for key in ("recall_at_k", "mrr_at_k"):
             best = max(entry["words"][key], entry["vectors"][key])
@@ -450,6 +490,9 @@ def quality_rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str, str,
     )
     cited = groups.get("unanswerable", {}).get("hybrid")
     false = f"; false citations {cited['false_citations']} of {groups['unanswerable']['questions']}"
+    off = groups.get("off-topic", {}).get("hybrid")
+    if cited and off:
+        false += f" (off-topic {off['false_citations']} of {groups['off-topic']['questions']})"
     ok = verdict(figure)
     return [
         (
@@ -485,12 +528,13 @@ def quality_markdown(report: dict[str, Any]) -> list[str]:
         f"{figure['documents']} documents (English and Chinese, near topics), "
         f"{figure['chunks']} chunks, {figure['questions_asked']} questions "
         f"(`src/parley/bench/quality_data/`, corpus {config['corpus']}). "
-        f"Recall@1 / recall@{k} / MRR@{k}; unanswerable: questions for which anything "
-        f"was returned (the chat would cite it). {figure['method']}.",
+        f"Recall@1 / recall@{k} / MRR@{k}; unanswerable and off-topic: questions for which "
+        f"anything was returned (the chat would cite it). {figure['method']}.",
         "",
         f"Configuration: embedder `{config['embedder']}`, fusion {config['fusion']}, "
         f"cuts: cosine >= {config['min_similarity']}, words >= "
-        f"{config['min_relative_score']} of the best; chunks of {config['chunk_size']} "
+        f"{config['min_relative_score']} of the best; nothing matches: "
+        f"{config.get('nothing_matches', 'off')}; chunks of {config['chunk_size']} "
         f"characters; indexing {figure['ingest_seconds']} s, "
         f"{figure['search_ms_mean']} ms a search.",
     ]
@@ -519,7 +563,8 @@ def quality_markdown(report: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"Held out ({figure['held_out_asked']} more questions of the same kinds in "
-            "`holdout.json`, never used to choose a weight or a threshold):",
+            "`holdout.json` and `offtopic_holdout.json`, never used to choose a weight or "
+            "a threshold):",
             "",
             "| questions | n | hybrid | words only | vectors only |",
             "|---|---|---|---|---|",

@@ -45,6 +45,7 @@ import numpy as np
 from sqlalchemy import Connection, bindparam, func, select, text
 
 from parley.knowledge import lexical
+from parley.knowledge.background import Floors
 from parley.knowledge.fusion import LEXICAL_WEIGHT, fuse_scores
 from parley.knowledge.types import Chunk, Hit, KbRef
 from parley.knowledge.vectors import VectorIndexes
@@ -64,6 +65,9 @@ owners': that is what it walks), at least ``MIN_MATCHES`` and at most ``MAX_MATC
 ranking costs about 3 us a chunk here (BM25 and the joins), scanning a 384-d vector
 0.12 us, so the two halves of a hybrid search take about as long (measured: 500 at 10k
 chunks, 2 ms; 4,000 at 100k, 13 ms)."""
+MIN_COVERAGE = 0.5
+"""With ``floors`` (nothing may match), a chunk found by words alone must hold at least
+this share of the question's words (BM25 over ``bm25_ceiling``)."""
 CANDIDATES = 50
 """Each list's length before fusion: at least this, and five times ``top_k``."""
 FETCH_BATCH = 500
@@ -469,6 +473,7 @@ async def hybrid_search(
     min_similarity: float = 0.0,
     min_relative_score: float = 0.0,
     lexical_weight: float = LEXICAL_WEIGHT,
+    floors: Floors | None = None,
 ) -> list[Hit]:
     """The best ``top_k`` chunks of ``kbs`` for ``query``: the best by words (the
     query's stop words left out: ``lexical.content_terms``) and the best by vector
@@ -480,7 +485,10 @@ async def hybrid_search(
     Weak matches are left out before fusion, so that a reply is not given passages
     that merely share a common word with the question: by vector, those under
     ``min_similarity`` (cosine); by words, those scoring under ``min_relative_score``
-    times the best word match (BM25 gives a chunk holding only "the" a tiny score)."""
+    times the best word match (BM25 gives a chunk holding only "the" a tiny score);
+    with ``floors`` (``background.floors``), the chunks by vector no nearer the question
+    than generic text is, and then the chunks by words too, unless they hold at least
+    ``MIN_COVERAGE`` of the question's words: nothing matches."""
     if top_k < 1 or not kbs:
         return []
     candidates = max(CANDIDATES, 5 * top_k)
@@ -501,7 +509,7 @@ async def hybrid_search(
         if query_vector is None or not model:
             return []
         try:
-            return await vectors.search(owner, kbs, model, query_vector, candidates)
+            return await vectors.search(owner, kbs, model, query_vector, candidates, floors=floors)
         except Exception:
             log.warning("vector search failed; searching by words only", exc_info=True)
             return []
@@ -511,6 +519,10 @@ async def hybrid_search(
     if words and min_relative_score > 0:
         least = words[0][1] * min_relative_score
         words = [(chunk_id, score) for chunk_id, score in words if score >= least]
+    if floors is not None and words and matched.ceiling:
+        near = {chunk_id for chunk_id, _ in meaning}
+        least = matched.ceiling * MIN_COVERAGE
+        words = [(c, score) for c, score in words if c in near or score >= least]
     floor = min((score for _, score in meaning), default=None)
     if min_similarity > 0:
         meaning = [(chunk_id, score) for chunk_id, score in meaning if score >= min_similarity]

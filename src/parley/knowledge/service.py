@@ -28,6 +28,7 @@ from sqlalchemy import Connection, select
 
 from parley.errors import ConfigurationError, Conflict, InvalidRequest, NotFound, Overloaded
 from parley.ids import new_id
+from parley.knowledge import background
 from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
 from parley.knowledge.ingest import Ingestor, document_path
@@ -300,6 +301,10 @@ class KnowledgeService:
         if not bases or not query:
             return []
         vector = await self._query_vector(query, bases)
+        model = self.embedder.model if self.embedder is not None else None
+        floors = None
+        if vector is not None and model and self.settings.nothing_matches:
+            floors = background.floors(model, vector)
         hits = await hybrid_search(
             self._db,
             self.vectors,
@@ -307,10 +312,11 @@ class KnowledgeService:
             kbs=[KbRef(b.id, b.embedding_model, b.version) for b in bases],
             query=query,
             query_vector=vector,
-            model=self.embedder.model if self.embedder is not None else None,
+            model=model,
             top_k=top_k,
             min_similarity=self.settings.min_similarity,
             min_relative_score=self.settings.min_relative_score,
+            floors=floors,
         )
         if not hits:
             return []

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection, bindparam, select, text
 
+from parley.knowledge.background import Floors
 from parley.knowledge.e5 import E5_MODEL_ID
 from parley.knowledge.types import KbRef
 from parley.store.database import Database
@@ -132,10 +133,16 @@ class _Matrix:
         self.size, self.dead = len(keep), 0
 
     def top(
-        self, query: npt.NDArray[np.float32], limit: int, *, by_script: bool = False
+        self,
+        query: npt.NDArray[np.float32],
+        limit: int,
+        *,
+        by_script: bool = False,
+        floors: Floors | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """The best ``limit`` rows: (score, chunk id), in no order. The score is the
-        cosine; ``by_script``, the cosine standardised within its script (the module)."""
+        cosine; ``by_script``, the cosine standardised within its script (the module).
+        Rows whose cosine is under their script's ``floors`` are left out."""
         if self.size == 0:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         # one row at a time on this thread (vecdot), not BLAS's matrix product: OpenBLAS's
@@ -147,8 +154,14 @@ class _Matrix:
         scores: npt.NDArray[np.float32] = rows @ query if vecdot is None else vecdot(rows, query)
         if self.dead:
             scores[~self.alive[: self.size]] = -np.inf
+        below = None
+        if floors is not None:
+            least = np.asarray(floors, dtype=np.float32)[self.scripts[: self.size]]
+            below = scores < least
         if by_script:
             scores = _within_script(scores, self.scripts[: self.size])
+        if below is not None:
+            scores[below] = -np.inf
         if limit < self.size:
             best = np.argpartition(scores, self.size - limit)[self.size - limit :]
         else:
@@ -272,11 +285,19 @@ class VectorIndexes:
         return None if entry is None else (entry.version, entry.size - entry.dead)
 
     async def search(
-        self, owner: str, kbs: Sequence[KbRef], model: str, vector: Vectors, limit: int
+        self,
+        owner: str,
+        kbs: Sequence[KbRef],
+        model: str,
+        vector: Vectors,
+        limit: int,
+        *,
+        floors: Floors | None = None,
     ) -> list[tuple[int, float]]:
         """(chunk id, cosine), best first, at most ``limit``: the owner's chunks of
         ready documents of those ``kbs`` whose recorded embedding model is ``model``
-        (the model that made ``vector``); the other bases are not compared."""
+        (the model that made ``vector``); the other bases are not compared. A chunk
+        under its script's ``floors`` (``background.floors``) is not a match."""
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         norm = float(np.linalg.norm(query))
         if not model or limit < 1 or not math.isfinite(norm) or norm == 0.0:
@@ -296,7 +317,9 @@ class VectorIndexes:
             return []
         loop = asyncio.get_running_loop()
         by_script = model in CROSS_LINGUAL
-        return await loop.run_in_executor(self._worker, _top, matrices, query, limit, by_script)
+        return await loop.run_in_executor(
+            self._worker, _top, matrices, query, limit, by_script, floors
+        )
 
     def document_ready(self, kb_id: str, version: int, document_id: str) -> None:
         """A document of ``kb_id`` became searchable, and the base is now at
@@ -426,10 +449,14 @@ class VectorIndexes:
 
 
 def _top(
-    matrices: list[_Matrix], query: npt.NDArray[np.float32], limit: int, by_script: bool
+    matrices: list[_Matrix],
+    query: npt.NDArray[np.float32],
+    limit: int,
+    by_script: bool,
+    floors: Floors | None,
 ) -> list[tuple[int, float]]:
     """On the worker thread: the best ``limit`` rows of all ``matrices``, ties by id."""
-    parts = [matrix.top(query, limit, by_script=by_script) for matrix in matrices]
+    parts = [matrix.top(query, limit, by_script=by_script, floors=floors) for matrix in matrices]
     scores = np.concatenate([part[0] for part in parts])
     ids = np.concatenate([part[1] for part in parts])
     order = np.lexsort((ids, -scores))[:limit]
