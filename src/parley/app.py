@@ -59,6 +59,7 @@ from parley.api.openapi import answers
 from parley.api.shapes import Health
 from parley.api.state import AppState
 from parley.api.webui import WebUI
+from parley.conversations.judge import ModelJudge
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
 from parley.conversations.service import ConversationService
@@ -68,13 +69,14 @@ from parley.fairness import Ledger
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
+from parley.knowledge.types import Judge
 from parley.mcp.serve import McpEndpoint
 from parley.mcp.service import McpService
 from parley.memory.service import MemoryService
 from parley.memory.store import MemoryStore
 from parley.pacer import pace_garbage_collection
 from parley.providers.pricing import PriceCatalog
-from parley.providers.registry import build_registry
+from parley.providers.registry import ProviderRegistry, build_registry
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
@@ -134,6 +136,7 @@ def create_app(settings: Settings) -> FastAPI:
         assistant_store = AssistantStore(database)
         summaries = SummaryStore(database)
         readers = ReaderPool(settings.documents)  # documents are read in its processes
+        completer = Completer(ModelCall(settings.agent, pricing, chain))  # the server's own calls
         embedder = build_embedder(settings.knowledge, client)
         knowledge = (
             KnowledgeService(
@@ -146,6 +149,7 @@ def create_app(settings: Settings) -> FastAPI:
                     timeout_seconds=settings.knowledge.extract_timeout_seconds,
                     max_pdf_pages=settings.knowledge.max_pdf_pages,
                 ),
+                judge=_judge(settings, completer, registry),
             )
             if settings.knowledge.enabled
             else None
@@ -163,7 +167,7 @@ def create_app(settings: Settings) -> FastAPI:
         outgoing = OutgoingBuilder(
             settings,
             registry,
-            Completer(ModelCall(settings.agent, pricing, chain)),
+            completer,
             summaries,
             conversation_store,
             tools,
@@ -324,3 +328,12 @@ def _largest_body(settings: Settings) -> int:
     knowledge = settings.knowledge
     uploads = knowledge.max_files_per_upload * (knowledge.max_upload_bytes + MULTIPART_SLACK)
     return max(settings.server.max_body_bytes, uploads)
+
+
+def _judge(settings: Settings, completer: Completer, registry: ProviderRegistry) -> Judge | None:
+    """The model that keeps the passages that answer (``knowledge.judge_model``), if any."""
+    model = settings.knowledge.judge_model
+    if not model:
+        return None
+    timeout = settings.knowledge.judge_timeout_seconds
+    return ModelJudge(completer, registry, model, timeout=timeout)

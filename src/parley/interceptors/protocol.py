@@ -61,7 +61,7 @@ HOOK_NAMES = (
     "on_turn_end",
 )
 
-Purpose = Literal["chat", "summary", "title", "tool", "ocr"]
+Purpose = Literal["chat", "summary", "title", "tool", "ocr", "relevance"]
 
 
 def _no_totals() -> tuple[Usage, float]:

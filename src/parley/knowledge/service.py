@@ -35,7 +35,7 @@ from parley.knowledge.ingest import Ingestor, document_path
 from parley.knowledge.lanes import indexing_lane
 from parley.knowledge.reading import Extractor, InlineExtractor
 from parley.knowledge.settings import MIN_CHUNK_SIZE, KnowledgeSettings
-from parley.knowledge.types import Embedder, EmbeddingError, KbRef
+from parley.knowledge.types import Embedder, EmbeddingError, Judge, KbRef
 from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
 from parley.store.kb_documents import QUEUE_RETRY_SECONDS, owner_queue_full
@@ -90,10 +90,13 @@ class KnowledgeService:
         embedder: Embedder | None,
         *,
         extractor: Extractor | None = None,
+        judge: Judge | None = None,
     ) -> None:
         """``extractor`` reads uploads (the server passes its reader processes; default:
-        ``InlineExtractor``, in the event loop's thread, for tests)."""
+        ``InlineExtractor``, in the event loop's thread, for tests). ``judge`` keeps the
+        passages a search found that answer the question (``knowledge.judge_model``)."""
         self.settings = settings
+        self.judge = judge
         self.store = KnowledgeStore(database)
         self.embedder = embedder
         self._db = database
@@ -324,14 +327,15 @@ class KnowledgeService:
             lambda conn: fetch_chunks(conn, owner, [h.chunk_id for h in hits], ready_only=True)
         )
         names = {b.id: b.name for b in bases}
-        results: list[SearchResult] = []
-        for hit in hits:
-            found = chunks.get(hit.chunk_id)
-            if found is not None:
-                results.append(
-                    SearchResult(len(results) + 1, hit.score, found, names.get(found.kb_id, ""))
-                )
-        return results
+        found = [(hit, chunks[hit.chunk_id]) for hit in hits if hit.chunk_id in chunks]
+        if self.judge is not None and found:
+            kept = await self.judge.answering(owner, query, [chunk.text for _, chunk in found])
+            if kept is not None:
+                found = [found[n] for n in kept]
+        return [
+            SearchResult(rank, hit.score, chunk, names.get(chunk.kb_id, ""))
+            for rank, (hit, chunk) in enumerate(found, 1)
+        ]
 
     async def _query_vector(self, query: str, bases: Sequence[KnowledgeBase]) -> Vectors | None:
         embedder = self.embedder

@@ -119,6 +119,16 @@ class KnowledgeSettings(_Section):
         "(measured: most off-topic questions then find nothing, 95-100% of answers are "
         "kept); other models have no calibration and are not cut.",
     )
+    judge_model: str | None = Field(
+        default=None,
+        description="A model (a name of `models`, or provider/model) that reads the "
+        "passages each search found and keeps those that answer the question: one call "
+        "per search, so that a question no document answers gets none. Off by default "
+        "(it costs a call and its latency); it fails open.",
+    )
+    judge_timeout_seconds: float = Field(
+        default=20.0, gt=0, description="A judge slower than this leaves the passages."
+    )
     min_relative_score: float = Field(
         default=0.2,
         ge=0,

@@ -81,6 +81,18 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> Vectors: ...
 
 
+class Judge(Protocol):
+    """Reads the passages a search found and says which answer the question
+    (``knowledge.judge_model``: ``conversations/judge.py``)."""
+
+    async def answering(
+        self, owner: str, question: str, passages: Sequence[str]
+    ) -> list[int] | None:
+        """The 0-based indexes of the passages that answer, in order; None: no judgement
+        (the passages stand)."""
+        ...
+
+
 class EmbeddingError(ParleyError):
     """The embedder could not embed (endpoint down, bad answer, model missing)."""
 
