@@ -36,6 +36,7 @@ from parley.api import (
     chatchat_tools,
     context,
     conversations,
+    embeddings,
     errors,
     files,
     keys,
@@ -294,6 +295,7 @@ def create_app(settings: Settings) -> FastAPI:
     # then a JSON body nested too deep is refused (chat and tasks check their own)
     for router in (
         models.router,
+        embeddings.router,
         conversations.router,
         branches.router,
         context.router,

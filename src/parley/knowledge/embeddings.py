@@ -162,6 +162,18 @@ class OnnxEmbedder:
             )
         return out
 
+    async def count_tokens(self, texts: Sequence[str]) -> int:
+        """How many tokens the model reads of ``texts`` (each cut at its window)."""
+        if not texts:
+            return 0
+        prefix = self._prefix()
+        prefixed = [prefix + text for text in texts]
+
+        def count() -> int:
+            return sum(len(ids) for ids in self._runtime().tokenise(prefixed))
+
+        return await asyncio.get_running_loop().run_in_executor(lane_thread(self._lane), count)
+
     def _runtime(self) -> _Runtime:
         key = (self._path, self._threads)
         runtime = _runtimes.get(key)
