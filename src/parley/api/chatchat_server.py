@@ -20,7 +20,8 @@ get_server_configs``, ``get_prompt_template``, ``embed_texts``):
 
 Deviations: ``embed_model`` names no model here (there is one, the server's): another
 name is used anyway and ``msg`` says which model made the vectors. ``to_query`` is
-ignored (Parley's embedders embed queries and passages alike). Chatchat 0.3.x itself no
+ignored: texts are embedded as the knowledge bases' queries are (multilingual-e5-small's
+``query:`` prefix; MiniLM has none). Chatchat 0.3.x itself no
 longer serves ``/other/embed_texts`` (0.2.x did); its client still calls it, and this
 answers as 0.2.x did.
 """
