@@ -24,6 +24,7 @@ from parley.agent.completion import Completer
 from parley.agent.model_call import ModelCall
 from parley.api import (
     admin,
+    anthropic_messages,
     approvals,
     assistants,
     branches,
@@ -288,6 +289,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(session.router)  # needs no key: it is how a browser gives one
     # chat and tasks authenticate before they read their bodies themselves
     app.include_router(chat.router)
+    app.include_router(anthropic_messages.router)  # Anthropic's door to the chat path
     app.include_router(chatchat_rag.router)  # Chatchat's knowledge chat: a chat route too
     app.include_router(tasks.router)
     # the others are authenticated before FastAPI reads and validates a body: a caller

@@ -30,6 +30,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from parley.api.anthropic_shapes import error_body as anthropic_error
 from parley.api.sse import error_body
 from parley.errors import InvalidRequest, ParleyError
 
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 
 CHATCHAT_ROUTES = ("/chat", "/knowledge_base", "/tools", "/other", "/server")
 """The roots of Langchain-Chatchat's routes: its client reads failures as ``code``/``msg``."""
+
+
+ANTHROPIC_MESSAGES = "/v1/messages"
+"""Anthropic's route: its failures are Anthropic's error bodies (``anthropic_shapes``)."""
 
 
 def is_chatchat_path(path: str) -> bool:
@@ -64,6 +69,9 @@ class ErrorResponse(Response):
         if scope["type"] == "http" and is_chatchat_path(scope["path"]):
             body = {**orjson.loads(self.body), "code": self.status_code, "msg": self.error.message}
             self.body = orjson.dumps(body)
+            self.headers["content-length"] = str(len(self.body))
+        elif scope["type"] == "http" and scope["path"] == ANTHROPIC_MESSAGES:
+            self.body = orjson.dumps(anthropic_error(self.error.message, self.error.type))
             self.headers["content-length"] = str(len(self.body))
         await super().__call__(scope, receive, send)
 

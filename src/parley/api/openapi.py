@@ -13,7 +13,8 @@ FastAPI writes most of ``/openapi.json`` from the routes; ``install`` finishes i
   from a page elsewhere), one with parameters or a body 400, one with path parameters
   404. A route names its other failures itself: ``answers(..., errors=(409,))``. On
   Langchain-Chatchat's routes (``is_chatchat_path``) a failure also carries Chatchat's
-  ``code`` and ``msg`` (``ChatchatErrorResponse``).
+  ``code`` and ``msg`` (``ChatchatErrorResponse``); on Anthropic's ``/v1/messages`` it is
+  Anthropic's error body (``AnthropicErrorResponse``).
 - **Idempotency-Key**: every POST and PATCH takes the header (``api/idempotency.py``),
   and may answer 409 and 422 for it (but those it does not cover: ``NOT_COVERED``).
 - **Bodies declared by hand** (routes that read their own body, to authenticate first or
@@ -40,7 +41,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from parley.api.errors import is_chatchat_path
+from parley.api.anthropic_shapes import AnthropicErrorResponse
+from parley.api.errors import ANTHROPIC_MESSAGES, is_chatchat_path
 from parley.api.idempotency import NOT_COVERED
 
 REF = "#/components/schemas/{model}"
@@ -123,9 +125,14 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"$ref": REF.format(model=model.__name__), "$defs": {**defs, model.__name__: schema}}
 
 
-def failure(status: int, *, chatchat: bool = False) -> dict[str, Any]:
-    """The documented response of one failure status (``chatchat``: on Chatchat's routes)."""
-    body = ChatchatErrorResponse if chatchat else ErrorResponse
+def failure(status: int, *, chatchat: bool = False, anthropic: bool = False) -> dict[str, Any]:
+    """The documented response of one failure status (``chatchat``: on Chatchat's routes;
+    ``anthropic``: on Anthropic's)."""
+    body: type[BaseModel] = ErrorResponse
+    if chatchat:
+        body = ChatchatErrorResponse
+    elif anthropic:
+        body = AnthropicErrorResponse
     response: dict[str, Any] = {
         "description": FAILURES[status],
         "content": {"application/json": {"schema": model_schema(body)}},
@@ -236,7 +243,12 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
         for method, operation in item.items():
             if method in METHODS:
                 idempotent = method in ("post", "patch") and path not in NOT_COVERED
-                _finish_operation(operation, idempotent=idempotent, chatchat=is_chatchat_path(path))
+                _finish_operation(
+                    operation,
+                    idempotent=idempotent,
+                    chatchat=is_chatchat_path(path),
+                    anthropic=path == ANTHROPIC_MESSAGES,
+                )
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
@@ -248,7 +260,9 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def _finish_operation(operation: dict[str, Any], *, idempotent: bool, chatchat: bool) -> None:
+def _finish_operation(
+    operation: dict[str, Any], *, idempotent: bool, chatchat: bool, anthropic: bool
+) -> None:
     """Security and the shared failures; ``idempotent``: the operation takes an
     ``Idempotency-Key`` (POST and PATCH: ``api/idempotency.py``); ``chatchat``: it is one
     of Chatchat's routes, whose failures carry ``code`` and ``msg`` too."""
@@ -268,11 +282,11 @@ def _finish_operation(operation: dict[str, Any], *, idempotent: bool, chatchat: 
         shared.append(404)
     for status in shared:
         responses.setdefault(str(status), failure(status))
-    if chatchat:  # the shared failures and those the route names (``answers``)
+    if chatchat or anthropic:  # the shared failures and those the route names (``answers``)
         for name, response in responses.items():
             code = int(name) if name.isdigit() else 0
             if code in FAILURES and response == failure(code):
-                responses[name] = failure(code, chatchat=True)
+                responses[name] = failure(code, chatchat=chatchat, anthropic=anthropic)
     operation["responses"] = dict(sorted(responses.items()))
 
 

@@ -1,0 +1,277 @@
+"""``POST /v1/messages``: Anthropic's Messages API, so that the Anthropic SDK and the tools
+built on it use Parley and its agent. The body is read as Anthropic's
+(``anthropic_shapes.to_chat``) and answered by the chat-completions path itself
+(``chat.answer``: the agent loop, approvals, knowledge, MCP, interceptors, usage and
+the conversation behind it are the same), its answer written back in Anthropic's shapes:
+a message, or the stream's events (``message_start``, ``content_block_start`` /
+``_delta`` / ``_stop`` for thinking, text and each tool use, ``message_delta`` with the
+stop reason and usage, ``message_stop``; ``ping`` for keepalives; ``error``). Failures
+are Anthropic's error bodies (``{"type": "error", "error": {...}}``). A key is taken
+from ``x-api-key`` as from ``Authorization``.
+
+The translation is of the bytes the chat path writes (``Translated``): the chat
+completion's chunks are parsed as they come (``StreamTranslator``), so that every
+behaviour of that path, keepalives and cancellation on disconnect included, holds here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from parley.api.anthropic_shapes import (
+    STOP_REASONS,
+    AnthropicErrorResponse,
+    AnthropicMessage,
+    MessagesRequest,
+    MessageStreamEvent,
+    error_body,
+    message_id,
+    to_chat,
+    to_message,
+    usage,
+)
+from parley.api.chat import CHAT_ERRORS, answer, read_json_object
+from parley.api.openapi import answers, event_stream, json_body
+from parley.api.state import AppState
+
+router = APIRouter(tags=["anthropic"])
+
+_STREAM = event_stream(
+    MessageStreamEvent,
+    AnthropicErrorResponse,
+    description="With `stream: true`: Anthropic's events, each an `event:` line and its "
+    "`data:`; a failure after the first is an `error` event.",
+)
+_BODY = json_body(
+    MessagesRequest,
+    examples={
+        "answer": {
+            "model": "smollm2-135m-instruct",
+            "max_tokens": 256,
+            "messages": [{"role": "user", "content": "Name a colour."}],
+        }
+    },
+)
+
+
+@router.post(
+    "/v1/messages",
+    openapi_extra=_BODY,
+    **answers(AnthropicMessage, errors=(*CHAT_ERRORS, 408), content=_STREAM),
+)
+async def create_message(request: Request) -> Response:
+    """Anthropic Messages (streamed when ``stream`` is true)."""
+    state: AppState = request.app.state.parley
+    caller = await state.auth.caller(request)
+    data = await read_json_object(request, state)
+    body = to_chat(data)
+    inner = await answer(state, request, caller, body, source="anthropic.messages")
+    return Translated(inner, stream=bool(body.get("stream")))
+
+
+class Translated(Response):
+    """``inner`` (a chat-completions response) sent as Anthropic's: a stream's bytes
+    translated as they pass, a JSON answer or any failure rewritten whole."""
+
+    def __init__(self, inner: Response, *, stream: bool) -> None:
+        self.inner = inner
+        self.stream = stream
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start: Message | None = None
+        buffered: list[bytes] = []
+        translator: StreamTranslator | None = None
+
+        async def relay(message: Message) -> None:
+            nonlocal start, translator
+            if message["type"] == "http.response.start":
+                start = message
+                if self.stream and message["status"] == 200:
+                    translator = StreamTranslator()
+                    await send(_with_type(message, b"text/event-stream; charset=utf-8", None))
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            more = bool(message.get("more_body", False))
+            if translator is not None:
+                out = translator.feed(message.get("body", b""))
+                if not more:
+                    out += translator.close()
+                await send({"type": "http.response.body", "body": out, "more_body": more})
+                return
+            buffered.append(message.get("body", b""))
+            if not more:
+                assert start is not None
+                body = _rewritten(start["status"], b"".join(buffered))
+                await send(_with_type(start, b"application/json", len(body)))
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+
+        await self.inner(scope, receive, relay)
+
+
+def _with_type(start: Message, content_type: bytes, length: int | None) -> Message:
+    headers = [
+        (key, value)
+        for key, value in start.get("headers", [])
+        if key.lower() not in (b"content-type", b"content-length")
+    ]
+    headers.append((b"content-type", content_type))
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    return {**start, "headers": headers}
+
+
+def _rewritten(status: int, raw: bytes) -> bytes:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if status == 200 and isinstance(data, dict) and "choices" in data:
+        return orjson.dumps(to_message(data))
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        message, kind = str(error.get("message", "")), str(error.get("type", ""))
+    else:
+        message, kind = raw.decode("utf-8", "replace")[:500], "api_error"
+    return orjson.dumps(error_body(message, kind))
+
+
+_THINKING = {"type": "thinking", "thinking": "", "signature": ""}
+
+
+class StreamTranslator:
+    """Chat-completion chunks in (SSE bytes, cut anywhere), Anthropic events out."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._started = False
+        self._index = -1
+        self._open: str | None = None  # the open block's kind: thinking, text, tool_use
+        self._tools: dict[int, int] = {}  # a tool call's index -> its block's index
+        self._stop = "end_turn"
+        self._usage: dict[str, Any] = usage(None)
+        self._finished = False
+
+    def feed(self, data: bytes) -> bytes:
+        self._pending += data
+        out: list[bytes] = []
+        while b"\n\n" in self._pending:
+            frame, self._pending = self._pending.split(b"\n\n", 1)
+            out += self._frame(frame)
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        return b"".join(self._end()) if self._started and not self._finished else b""
+
+    def _frame(self, frame: bytes) -> list[bytes]:
+        if frame.startswith(b":"):
+            return [_event("ping", {"type": "ping"})]
+        if not frame.startswith(b"data:"):
+            return []
+        payload = frame[5:].strip()
+        if payload == b"[DONE]":
+            return self._end()
+        chunk = orjson.loads(payload)
+        if "error" in chunk:
+            error = chunk["error"] or {}
+            self._finished = True
+            body = error_body(str(error.get("message", "")), str(error.get("type", "")))
+            return [_event("error", body)]
+        return self._chunk(chunk)
+
+    def _chunk(self, chunk: dict[str, Any]) -> list[bytes]:
+        out = [] if self._started else [self._start(chunk)]
+        self._started = True
+        if chunk.get("usage"):
+            self._usage = usage(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                out += self._open_block("thinking", _THINKING)
+                thought = delta["reasoning_content"]
+                out.append(self._delta({"type": "thinking_delta", "thinking": thought}))
+            if delta.get("content"):
+                out += self._open_block("text", {"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
+            for call in delta.get("tool_calls") or []:
+                out += self._tool_call(call)
+            if choice.get("finish_reason"):
+                self._stop = _stop(choice["finish_reason"])
+        return out
+
+    def _start(self, chunk: dict[str, Any]) -> bytes:
+        message = {
+            "id": message_id(str(chunk.get("id", ""))),
+            "type": "message",
+            "role": "assistant",
+            "model": chunk.get("model", ""),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage(None),
+        }
+        return _event("message_start", {"type": "message_start", "message": message})
+
+    def _tool_call(self, call: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        number = int(call.get("index", 0))
+        function = call.get("function") or {}
+        if number not in self._tools:
+            block = {
+                "type": "tool_use",
+                "id": call.get("id", ""),
+                "name": function.get("name", ""),
+                "input": {},
+            }
+            out += self._open_block("tool_use", block, force=True)
+            self._tools[number] = self._index
+        if function.get("arguments"):
+            delta = {"type": "input_json_delta", "partial_json": function["arguments"]}
+            body = {"type": "content_block_delta", "index": self._tools[number], "delta": delta}
+            out.append(_event("content_block_delta", body))
+        return out
+
+    def _open_block(self, kind: str, block: dict[str, Any], *, force: bool = False) -> list[bytes]:
+        if self._open == kind and not force:
+            return []
+        out = self._close_block()
+        self._index += 1
+        self._open = kind
+        start = {"type": "content_block_start", "index": self._index, "content_block": block}
+        return [*out, _event("content_block_start", start)]
+
+    def _close_block(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [_event("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        body = {"type": "content_block_delta", "index": self._index, "delta": delta}
+        return _event("content_block_delta", body)
+
+    def _end(self) -> list[bytes]:
+        if self._finished:
+            return []
+        self._finished = True
+        out = self._close_block()
+        delta = {"stop_reason": self._stop, "stop_sequence": None}
+        body = {"type": "message_delta", "delta": delta, "usage": self._usage}
+        out.append(_event("message_delta", body))
+        out.append(_event("message_stop", {"type": "message_stop"}))
+        return out
+
+
+def _stop(finish_reason: str) -> str:
+    return STOP_REASONS.get(finish_reason, "end_turn")
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
