@@ -9,8 +9,8 @@ stop reason and usage, ``message_stop``; ``ping`` for keepalives; ``error``). Fa
 are Anthropic's error bodies (``{"type": "error", "error": {...}}``). A key is taken
 from ``x-api-key`` as from ``Authorization``.
 
-The translation is of the bytes the chat path writes (``Translated``): the chat
-completion's chunks are parsed as they come (``StreamTranslator``), so that every
+The translation is of the bytes the chat path writes (``translated.Translated``): the
+chat completion's chunks are parsed as they come (``StreamTranslator``), so that every
 behaviour of that path, keepalives and cancellation on disconnect included, holds here.
 """
 
@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
 
 from parley.api.anthropic_shapes import (
     STOP_REASONS,
@@ -38,6 +37,7 @@ from parley.api.anthropic_shapes import (
 from parley.api.chat import CHAT_ERRORS, answer, read_json_object
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.state import AppState
+from parley.api.translated import Translated
 
 router = APIRouter(tags=["anthropic"])
 
@@ -71,61 +71,8 @@ async def create_message(request: Request) -> Response:
     data = await read_json_object(request, state)
     body = to_chat(data)
     inner = await answer(state, request, caller, body, source="anthropic.messages")
-    return Translated(inner, stream=bool(body.get("stream")))
-
-
-class Translated(Response):
-    """``inner`` (a chat-completions response) sent as Anthropic's: a stream's bytes
-    translated as they pass, a JSON answer or any failure rewritten whole."""
-
-    def __init__(self, inner: Response, *, stream: bool) -> None:
-        self.inner = inner
-        self.stream = stream
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start: Message | None = None
-        buffered: list[bytes] = []
-        translator: StreamTranslator | None = None
-
-        async def relay(message: Message) -> None:
-            nonlocal start, translator
-            if message["type"] == "http.response.start":
-                start = message
-                if self.stream and message["status"] == 200:
-                    translator = StreamTranslator()
-                    await send(_with_type(message, b"text/event-stream; charset=utf-8", None))
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            more = bool(message.get("more_body", False))
-            if translator is not None:
-                out = translator.feed(message.get("body", b""))
-                if not more:
-                    out += translator.close()
-                await send({"type": "http.response.body", "body": out, "more_body": more})
-                return
-            buffered.append(message.get("body", b""))
-            if not more:
-                assert start is not None
-                body = _rewritten(start["status"], b"".join(buffered))
-                await send(_with_type(start, b"application/json", len(body)))
-                await send({"type": "http.response.body", "body": body, "more_body": False})
-
-        await self.inner(scope, receive, relay)
-
-
-def _with_type(start: Message, content_type: bytes, length: int | None) -> Message:
-    headers = [
-        (key, value)
-        for key, value in start.get("headers", [])
-        if key.lower() not in (b"content-type", b"content-length")
-    ]
-    headers.append((b"content-type", content_type))
-    if length is not None:
-        headers.append((b"content-length", str(length).encode()))
-    return {**start, "headers": headers}
+    translator = StreamTranslator() if body.get("stream") else None
+    return Translated(inner, translator, _rewritten)
 
 
 def _rewritten(status: int, raw: bytes) -> bytes:
