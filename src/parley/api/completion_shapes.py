@@ -97,7 +97,9 @@ class ParleyExtension(Shape):
     chunk (or the whole response) adds; progress chunks carry ``tool``, ``restart`` or
     ``status``."""
 
-    conversation_id: str
+    conversation_id: str | None = Field(
+        description="None when the turn is not kept (`store: false`)."
+    )
     message_id: str
     cost: Cost | None = None
     notes: list[str] | None = None
