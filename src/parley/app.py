@@ -44,6 +44,7 @@ from parley.api import (
     memories,
     models,
     openapi,
+    responses,
     session,
     tasks,
     usage,
@@ -290,6 +291,7 @@ def create_app(settings: Settings) -> FastAPI:
     # chat and tasks authenticate before they read their bodies themselves
     app.include_router(chat.router)
     app.include_router(anthropic_messages.router)  # Anthropic's door to the chat path
+    app.include_router(responses.router)  # OpenAI's Responses door to it
     app.include_router(chatchat_rag.router)  # Chatchat's knowledge chat: a chat route too
     app.include_router(tasks.router)
     # the others are authenticated before FastAPI reads and validates a body: a caller
