@@ -201,8 +201,9 @@ def to_response(completion: dict[str, Any], request: dict[str, Any]) -> dict[str
                 str(call.get("id", "")), function.get("name", ""), function.get("arguments", "")
             )
         )
-    return envelope(
-        response_id(message_id, ids.get("conversation_id") if request.get("store", True) else None),
+    stored = request.get("store", True) is not False
+    out = envelope(
+        response_id(message_id, ids.get("conversation_id") if stored else None),
         completion.get("model", ""),
         request,
         status="incomplete" if choice.get("finish_reason") == "length" else "completed",
@@ -210,6 +211,9 @@ def to_response(completion: dict[str, Any], request: dict[str, Any]) -> dict[str
         usage=usage(completion.get("usage")),
         created=completion.get("created"),
     )
+    if ids:
+        out["parley"] = ids  # Parley's extension: the ids, cost, citations, ...
+    return out
 
 
 def envelope(
