@@ -69,7 +69,7 @@ async def diagnose(settings: Settings) -> list[Finding]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=5.0)) as client:
         findings.append(await embedder_finding(settings, client))
         for config in providers:
-            if config.kind in ("openai", "anthropic"):
+            if config.kind in ("openai", "anthropic", "gemini"):
                 findings.append(await provider_finding(config, client))
     return findings
 

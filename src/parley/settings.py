@@ -31,7 +31,7 @@ from parley.interceptors.settings import InterceptorSettings
 from parley.knowledge.settings import KnowledgeSettings, MemorySettings
 from parley.mcp.settings import McpSettings
 
-ProviderKind = Literal["openai", "anthropic", "local", "scripted"]
+ProviderKind = Literal["openai", "anthropic", "gemini", "local", "scripted"]
 
 
 class _Section(BaseModel):
@@ -535,6 +535,17 @@ def _env_providers() -> list[ProviderSettings]:
                 kind="anthropic",
                 base_url=os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
                 api_key=SecretStr(anthropic_key),
+            )
+        )
+    gemini_key = os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
+    if gemini_key:
+        found.append(
+            ProviderSettings(
+                name="gemini",
+                kind="gemini",
+                base_url=os.environ.get("GEMINI_BASE_URL")
+                or "https://generativelanguage.googleapis.com",
+                api_key=SecretStr(gemini_key),
             )
         )
     return found

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from parley.settings import load_settings
+from parley.settings import Settings, load_settings
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "parley.yaml"
 
@@ -37,7 +37,7 @@ def test_example_file_documents_and_loads(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     settings = load_settings(EXAMPLE)
     providers = {p.name: p for p in settings.effective_providers()}
-    assert set(providers) == {"openai", "ollama", "claude", "local"}
+    assert set(providers) == {"openai", "ollama", "claude", "gemini", "local"}
     key = providers["openai"].api_key
     assert key is not None
     assert key.get_secret_value() == "sk-from-env"
@@ -109,3 +109,14 @@ def test_example_file_names_every_setting() -> None:
     for model, prefix in ((ProviderSettings, "providers"), (ModelAlias, "models")):
         missing += [f"{prefix}.{key}" for key in model.model_fields if f"{key}:" not in text]
     assert missing == []
+
+
+def test_a_gemini_key_in_the_environment_adds_gemini(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-key")
+    [gemini] = Settings().effective_providers()
+    assert (gemini.name, gemini.kind) == ("gemini", "gemini")
+    assert gemini.base_url == "https://generativelanguage.googleapis.com"
+    assert gemini.api_key is not None
+    assert gemini.api_key.get_secret_value() == "g-key"

@@ -122,8 +122,14 @@ OPENAI_RULES = ProviderRules("openai", first_message_user=False, max_tool_id_len
 ANTHROPIC_RULES = ProviderRules("anthropic", first_message_user=True, max_tool_id_length=64)
 
 
+GEMINI_RULES = ProviderRules("gemini", first_message_user=True, max_tool_id_length=64)
+"""Gemini's contents begin with a user turn."""
+
+
 def rules_for(kind: str) -> ProviderRules:
     """The rules for a provider kind; local chat templates want a user message first."""
+    if kind == "gemini":
+        return GEMINI_RULES
     return ANTHROPIC_RULES if kind in ("anthropic", "local") else OPENAI_RULES
 
 

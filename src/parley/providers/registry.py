@@ -202,6 +202,10 @@ def build_provider(config: ProviderSettings, client: httpx.AsyncClient) -> Provi
             from parley.providers.anthropic import AnthropicProvider
 
             return AnthropicProvider(config, client)
+        case "gemini":
+            from parley.providers.gemini import GeminiProvider
+
+            return GeminiProvider(config, client)
         case "local":
             from parley.providers.local.provider import LocalProvider
 
