@@ -72,3 +72,56 @@ def test_through_the_responses_door(server: ParleyServer, upstream: MockOpenAI) 
     assert "glows green when copper is near it" in system_text(upstream)
     citations = (response.model_extra or {})["parley"]["citations"]
     assert [c["title"] for c in citations] == ["guide.txt"]
+
+
+def test_the_agent_runs_a_server_tool_behind_each_door(
+    server: ParleyServer, upstream: MockOpenAI
+) -> None:
+    """A tool named by its name is Parley's own: the agent runs it and asks the model
+    again, and the client gets the answer (not the call)."""
+    upstream.reset()
+    upstream.queue_tool_calls([("call_c1", "calculate", '{"text": "6 * 7"}')])
+    upstream.queue_text("It is 42.")
+    with anthropic.Anthropic(base_url=server.url, api_key="sk-x", max_retries=0) as client:
+        message = client.messages.create(
+            model="mock/mock-model",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "What is 6 times 7?"}],
+            tools=["calculate"],  # type: ignore[list-item]
+        )
+    assert [block.type for block in message.content] == ["text"]
+    assert message.content[0].text == "It is 42."  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    answered = upstream.requests[-1]["messages"][-1]
+    assert (answered["role"], answered["tool_call_id"], answered["content"]) == (
+        "tool",
+        "call_c1",
+        "42",
+    )
+
+    upstream.reset()
+    upstream.queue_tool_calls([("call_c2", "calculate", '{"text": "2 + 2"}')])
+    upstream.queue_text("Four.")
+    # the SDK's stream helper reads every tool as an object: the server tool is named in
+    # Parley's tool_config instead (a plain name in tools works with plain HTTP)
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+    with (
+        client,
+        client.responses.stream(
+            model="mock/mock-model",
+            input="What is 2 + 2?",
+            extra_body={"tool_config": {"calculate": {}}},
+        ) as stream,
+    ):
+        response = stream.get_final_response()
+    assert response.output_text == "Four."
+    assert upstream.requests[-1]["messages"][-1]["content"] == "4"
+
+    upstream.queue_tool_calls([("call_c3", "calculate", '{"text": "3 * 3"}')])
+    upstream.queue_text("Nine.")
+    plain = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": "mock/mock-model", "input": "3 * 3?", "tools": ["calculate"]},
+    ).json()
+    assert plain["output"][-1]["content"][0]["text"] == "Nine."
+    assert upstream.requests[-1]["messages"][-1]["content"] == "9"

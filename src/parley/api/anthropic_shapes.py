@@ -5,7 +5,8 @@ chat completion as Anthropic's message (``to_message``). The stream's events are
 
 Mapped: ``system`` (a string or text blocks); text, image (base64 or URL), ``tool_use``
 and ``tool_result`` blocks; ``tools`` (``input_schema`` as the function's parameters),
-``tool_choice`` (auto, any, tool, none; ``disable_parallel_tool_use``), ``max_tokens``,
+``tool_choice`` (auto, any, tool, none; ``disable_parallel_tool_use``); a tool given as a
+plain name is one of Parley's server tools, run by its agent; ``max_tokens``,
 ``temperature``, ``top_p``, ``stop_sequences``, ``metadata.user_id``, ``thinking`` (its
 budget as a reasoning effort: under 4,096 tokens low, under 16,384 medium, else high;
 ``output_config.effort`` over it). The fields of Anthropic's own service
@@ -217,7 +218,9 @@ def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text}
 
 
-def _tool(tool: Any, param: str) -> dict[str, Any]:
+def _tool(tool: Any, param: str) -> dict[str, Any] | str:
+    if isinstance(tool, str):
+        return tool  # Parley's: a server tool by name, run by the agent
     if not isinstance(tool, dict) or not tool.get("name"):
         raise _bad("each tool needs a name", param)
     if tool.get("type") not in (None, "custom"):

@@ -5,7 +5,8 @@ a ``response`` object (``to_response``). The stream's events are
 
 Mapped: ``instructions`` (a system message first); ``input`` as a string or items
 (messages with ``input_text``, ``input_image`` or ``output_text`` parts, ``function_call``
-and ``function_call_output``); function ``tools`` and ``tool_choice``;
+and ``function_call_output``); function ``tools`` (a plain name: one of Parley's server
+tools, run by its agent) and ``tool_choice``;
 ``max_output_tokens``, ``temperature``, ``top_p``, ``reasoning.effort``,
 ``parallel_tool_calls``, ``text.format`` (JSON schema or object), ``user``. Refused with
 400: OpenAI's hosted tools (file and web search, code interpreter, computer use, ...),
@@ -88,7 +89,7 @@ def to_chat(data: dict[str, Any]) -> dict[str, Any]:
     text = data.get("text")
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
         body["response_format"] = _format(text["format"])
-    for key in ("conversation_id", "knowledge_bases", "assistant", "use_mcp"):
+    for key in ("conversation_id", "knowledge_bases", "assistant", "use_mcp", "tool_config"):
         if key in data:
             body[key] = data[key]  # Parley's own
     return body
@@ -145,7 +146,9 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     return {"role": role, "content": parts}
 
 
-def _tool(tool: Any, where: str) -> dict[str, Any]:
+def _tool(tool: Any, where: str) -> dict[str, Any] | str:
+    if isinstance(tool, str):
+        return tool  # Parley's: a server tool by name, run by the agent
     if not isinstance(tool, dict):
         raise _bad("each tool must be an object", where)
     if tool.get("type") != "function":
