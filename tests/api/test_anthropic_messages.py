@@ -182,3 +182,20 @@ def test_errors_are_anthropics(client: anthropic.Anthropic, parley: ParleyServer
     )
     assert refused.status_code == 400
     assert refused.json()["type"] == "error"
+
+
+def test_tokens_are_counted_without_asking_the_upstream(
+    client: anthropic.Anthropic, upstream: MockOpenAI
+) -> None:
+    short = client.messages.count_tokens(
+        model="mock/mock-model", messages=[{"role": "user", "content": "Hi."}]
+    )
+    long = client.messages.count_tokens(
+        model="mock/mock-model",
+        system="Be brief.",
+        messages=[{"role": "user", "content": "Tell me about the sea. " * 50}],
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert 0 < short.input_tokens < 20
+    assert long.input_tokens > short.input_tokens + 200
+    assert upstream.requests == []

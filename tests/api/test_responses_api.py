@@ -65,6 +65,17 @@ def test_a_response_then_one_that_continues_it(
     kept = httpx.get(f"{parley.url}/v1/conversations/{conversation}").json()
     assert [m["content"] for m in kept["messages"]][-2:] == ["Once more?", "Hello again."]
 
+    kept_first = client.responses.retrieve(first.id)
+    assert (kept_first.id, kept_first.output_text) == (first.id, "Hello there.")
+    assert kept_first.previous_response_id is None
+    kept_second = client.responses.retrieve(second.id)
+    assert kept_second.output_text == "Hello again."
+    assert kept_second.previous_response_id == first.id
+    assert kept_second.usage is not None
+    assert kept_second.usage.output_tokens == 1
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id.replace("resp_msg_", "resp_msg_0"))
+
     with pytest.raises(openai.ConflictError) as fork:
         client.responses.create(model=MODEL, input="Other way?", previous_response_id=first.id)
     assert fork.value.code == "not_latest_response"

@@ -50,7 +50,7 @@ from tests.support.fuzzing import (
 from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
 
-from parley.api.errors import ANTHROPIC_MESSAGES, is_chatchat_path
+from parley.api.errors import is_anthropic_path, is_chatchat_path
 from parley.api.idempotency import NOT_COVERED
 from parley.app import create_app
 from parley.settings import Settings
@@ -191,7 +191,7 @@ def test_the_schema_documents_keys_errors_and_answers() -> None:
             continue
         assert operation["security"], where
         shape = "ChatchatErrorResponse" if is_chatchat_path(path) else "ErrorResponse"
-        if path == ANTHROPIC_MESSAGES:
+        if is_anthropic_path(path):
             shape = "AnthropicErrorResponse"
         for status in ("401", "403"):
             error = responses[status]["content"]["application/json"]["schema"]

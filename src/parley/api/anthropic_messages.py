@@ -20,8 +20,10 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 from starlette.responses import Response
 
+from parley.agent.repair import estimate_tokens
 from parley.api.anthropic_shapes import (
     STOP_REASONS,
     AnthropicErrorResponse,
@@ -34,10 +36,11 @@ from parley.api.anthropic_shapes import (
     to_message,
     usage,
 )
-from parley.api.chat import CHAT_ERRORS, answer, read_json_object
+from parley.api.chat import CHAT_ERRORS, answer, chat_request, read_json_object
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.state import AppState
 from parley.api.translated import Translated
+from parley.api.wire import to_messages
 
 router = APIRouter(tags=["anthropic"])
 
@@ -73,6 +76,27 @@ async def create_message(request: Request) -> Response:
     inner = await answer(state, request, caller, body, source="anthropic.messages")
     translator = StreamTranslator() if body.get("stream") else None
     return Translated(inner, translator, _rewritten)
+
+
+class TokenCount(BaseModel):
+    input_tokens: int
+
+
+@router.post(
+    "/v1/messages/count_tokens",
+    openapi_extra=json_body(MessagesRequest),
+    **answers(TokenCount),
+)
+async def count_tokens(request: Request) -> dict[str, Any]:
+    """An estimate of the input tokens of a Messages body (about four characters a
+    token, as Parley's context budget counts them: no upstream is asked)."""
+    state: AppState = request.app.state.parley
+    await state.auth.caller(request)
+    data = await read_json_object(request, state)
+    body = to_chat({"max_tokens": 1, **data})
+    messages = to_messages(chat_request(body).messages)[0]  # results folded into calls
+    tools = orjson.dumps(body["tools"]) if body.get("tools") else b""
+    return {"input_tokens": estimate_tokens(messages) + len(tools) // 4}
 
 
 def _rewritten(status: int, raw: bytes) -> bytes:

@@ -45,6 +45,11 @@ ANTHROPIC_MESSAGES = "/v1/messages"
 """Anthropic's route: its failures are Anthropic's error bodies (``anthropic_shapes``)."""
 
 
+def is_anthropic_path(path: str) -> bool:
+    """Whether ``path`` is Anthropic's (``/v1/messages`` and its ``count_tokens``)."""
+    return path == ANTHROPIC_MESSAGES or path.startswith(ANTHROPIC_MESSAGES + "/")
+
+
 def is_chatchat_path(path: str) -> bool:
     """Whether ``path`` is one of Chatchat's routes (or a path under one of its roots,
     an unknown one too: Chatchat's client is what calls there)."""
@@ -70,7 +75,7 @@ class ErrorResponse(Response):
             body = {**orjson.loads(self.body), "code": self.status_code, "msg": self.error.message}
             self.body = orjson.dumps(body)
             self.headers["content-length"] = str(len(self.body))
-        elif scope["type"] == "http" and scope["path"] == ANTHROPIC_MESSAGES:
+        elif scope["type"] == "http" and is_anthropic_path(scope["path"]):
             self.body = orjson.dumps(anthropic_error(self.error.message, self.error.type))
             self.headers["content-length"] = str(len(self.body))
         await super().__call__(scope, receive, send)

@@ -42,7 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parley.api.anthropic_shapes import AnthropicErrorResponse
-from parley.api.errors import ANTHROPIC_MESSAGES, is_chatchat_path
+from parley.api.errors import is_anthropic_path, is_chatchat_path
 from parley.api.idempotency import NOT_COVERED
 
 REF = "#/components/schemas/{model}"
@@ -247,7 +247,7 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
                     operation,
                     idempotent=idempotent,
                     chatchat=is_chatchat_path(path),
-                    anthropic=path == ANTHROPIC_MESSAGES,
+                    anthropic=is_anthropic_path(path),
                 )
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):

@@ -28,10 +28,12 @@ from parley.api.responses_shapes import (
     parse_response_id,
     reasoning_item,
     response_id,
+    stored_response,
     to_chat,
     to_response,
     usage,
 )
+from parley.api.responses_shapes import response_id as response_id_of
 from parley.api.state import AppState
 from parley.api.translated import Translated
 from parley.errors import Conflict, NotFound
@@ -131,6 +133,30 @@ async def _continued(state: AppState, owner: str, previous: str) -> str:
             code="not_latest_response",
         )
     return conversation_id
+
+
+@router.get("/v1/responses/{response_id}", **answers(ResponseObject, errors=(404,)))
+async def get_response(request: Request, response_id: str) -> dict[str, Any]:
+    """A stored response, rebuilt from its message: its text, reasoning and the calls of
+    client tools it made (server tools' steps are the agent's own, not listed)."""
+    state: AppState = request.app.state.parley
+    caller = await state.auth.caller(request)
+    message_id, conversation_id = parse_response_id(response_id)
+    missing = NotFound(
+        f"response {response_id!r} not found", param="response_id", code="response_not_found"
+    )
+    if conversation_id is None:
+        raise missing
+    try:
+        path, _after = await state.conversations.around(caller.owner, conversation_id, message_id)
+    except LookupError:
+        raise missing from None
+    message = path[-1]
+    if message.role != "assistant":
+        raise missing
+    earlier = [m for m in path[:-1] if m.role == "assistant"]
+    previous = response_id_of(earlier[-1].id, conversation_id) if earlier else None
+    return stored_response(message, response_id, previous)
 
 
 def _rewritten(request: dict[str, Any], status: int, raw: bytes) -> bytes:

@@ -27,6 +27,8 @@ from typing import Any
 import orjson
 
 from parley.errors import InvalidRequest
+from parley.messages import ReasoningPart, TextPart, ToolCallPart, Usage
+from parley.store.repository import StoredMessage
 
 HOSTED = "hosted tool {!r} is not supported: Parley offers its own server tools"
 
@@ -300,3 +302,39 @@ def usage(given: dict[str, Any] | None) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
     }
+
+
+def stored_response(message: StoredMessage, rid: str, previous: str | None) -> dict[str, Any]:
+    """A stored assistant message as the ``response`` it was (``GET /v1/responses/{id}``)."""
+    output: list[dict[str, Any]] = []
+    thought = "".join(p.text for p in message.parts if isinstance(p, ReasoningPart))
+    if thought:
+        output.append(reasoning_item(message.id, thought))
+    said = "".join(p.text for p in message.parts if isinstance(p, TextPart))
+    if said:
+        output.append(message_item(message.id, said))
+    for part in message.parts:
+        if not isinstance(part, ToolCallPart):
+            continue
+        if part.result is None or part.result.started_at is None:  # a client's tool
+            output.append(call_item(part.id, part.name, part.arguments))
+    counted = Usage.from_dict(message.usage)
+    statuses = {"complete": "completed", "streaming": "in_progress", "failed": "failed"}
+    status = statuses.get(message.status, "incomplete")
+    if message.finish_reason == "length":
+        status = "incomplete"
+    return envelope(
+        rid,
+        message.model or "",
+        {"previous_response_id": previous},
+        status=status,
+        output=output,
+        usage={
+            "input_tokens": counted.input_tokens,
+            "input_tokens_details": {"cached_tokens": counted.cached_input_tokens},
+            "output_tokens": counted.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": counted.reasoning_tokens},
+            "total_tokens": counted.total_tokens,
+        },
+        created=message.created_at,
+    )
