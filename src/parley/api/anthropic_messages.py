@@ -39,7 +39,7 @@ from parley.api.anthropic_shapes import (
 from parley.api.chat import CHAT_ERRORS, answer, chat_request, read_json_object
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.state import AppState
-from parley.api.translated import Translated
+from parley.api.translated import ChunkTranslator, Translated
 from parley.api.wire import to_messages
 
 router = APIRouter(tags=["anthropic"])
@@ -117,49 +117,26 @@ def _rewritten(status: int, raw: bytes) -> bytes:
 _THINKING = {"type": "thinking", "thinking": "", "signature": ""}
 
 
-class StreamTranslator:
-    """Chat-completion chunks in (SSE bytes, cut anywhere), Anthropic events out."""
+class StreamTranslator(ChunkTranslator):
+    """Chat-completion chunks in, Anthropic events out."""
 
     def __init__(self) -> None:
-        self._pending = b""
-        self._started = False
+        super().__init__()
         self._index = -1
         self._open: str | None = None  # the open block's kind: thinking, text, tool_use
         self._tools: dict[int, int] = {}  # a tool call's index -> its block's index
         self._stop = "end_turn"
         self._usage: dict[str, Any] = usage(None)
-        self._finished = False
 
-    def feed(self, data: bytes) -> bytes:
-        self._pending += data
-        out: list[bytes] = []
-        while b"\n\n" in self._pending:
-            frame, self._pending = self._pending.split(b"\n\n", 1)
-            out += self._frame(frame)
-        return b"".join(out)
+    def _keepalive(self, comment: bytes) -> list[bytes]:
+        return [_event("ping", {"type": "ping"})]
 
-    def close(self) -> bytes:
-        return b"".join(self._end()) if self._started and not self._finished else b""
+    def _failed(self, error: dict[str, Any]) -> list[bytes]:
+        body = error_body(str(error.get("message", "")), str(error.get("type", "")))
+        return [_event("error", body)]
 
-    def _frame(self, frame: bytes) -> list[bytes]:
-        if frame.startswith(b":"):
-            return [_event("ping", {"type": "ping"})]
-        if not frame.startswith(b"data:"):
-            return []
-        payload = frame[5:].strip()
-        if payload == b"[DONE]":
-            return self._end()
-        chunk = orjson.loads(payload)
-        if "error" in chunk:
-            error = chunk["error"] or {}
-            self._finished = True
-            body = error_body(str(error.get("message", "")), str(error.get("type", "")))
-            return [_event("error", body)]
-        return self._chunk(chunk)
-
-    def _chunk(self, chunk: dict[str, Any]) -> list[bytes]:
-        out = [] if self._started else [self._start(chunk)]
-        self._started = True
+    def _chunk(self, chunk: dict[str, Any], first: bool) -> list[bytes]:
+        out = [self._start(chunk)] if first else []
         if chunk.get("usage"):
             self._usage = usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
@@ -229,9 +206,6 @@ class StreamTranslator:
         return _event("content_block_delta", body)
 
     def _end(self) -> list[bytes]:
-        if self._finished:
-            return []
-        self._finished = True
         out = self._close_block()
         delta = {"stop_reason": self._stop, "stop_sequence": None}
         body = {"type": "message_delta", "delta": delta, "usage": self._usage}

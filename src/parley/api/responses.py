@@ -35,7 +35,7 @@ from parley.api.responses_shapes import (
 )
 from parley.api.responses_shapes import response_id as response_id_of
 from parley.api.state import AppState
-from parley.api.translated import Translated
+from parley.api.translated import ChunkTranslator, Translated
 from parley.errors import Conflict, NotFound
 from parley.ids import new_id
 
@@ -169,12 +169,12 @@ def _rewritten(request: dict[str, Any], status: int, raw: bytes) -> bytes:
     return raw  # OpenAI's error body already
 
 
-class StreamTranslator:
-    """Chat-completion chunks in (SSE bytes, cut anywhere), Responses events out."""
+class StreamTranslator(ChunkTranslator):
+    """Chat-completion chunks in, Responses events out."""
 
     def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__()
         self._request = request
-        self._pending = b""
         self._sequence = 0
         self._id = ""
         self._message_id = ""
@@ -184,31 +184,9 @@ class StreamTranslator:
         self._calls: dict[int, dict[str, Any]] = {}  # a tool call's index -> its item
         self._usage: dict[str, Any] | None = None
         self._status = "completed"
-        self._finished = False
 
-    def feed(self, data: bytes) -> bytes:
-        self._pending += data
-        out: list[bytes] = []
-        while b"\n\n" in self._pending:
-            frame, self._pending = self._pending.split(b"\n\n", 1)
-            out += self._frame(frame)
-        return b"".join(out)
-
-    def close(self) -> bytes:
-        return b"".join(self._end()) if self._id and not self._finished else b""
-
-    def _frame(self, frame: bytes) -> list[bytes]:
-        if frame.startswith(b":"):
-            return [frame + b"\n\n"]  # a keepalive comment, as it is
-        if not frame.startswith(b"data:"):
-            return []
-        payload = frame[5:].strip()
-        if payload == b"[DONE]":
-            return self._end()
-        chunk = orjson.loads(payload)
-        if "error" in chunk:
-            return self._failed(chunk["error"] or {})
-        return self._chunk(chunk)
+    def _keepalive(self, comment: bytes) -> list[bytes]:
+        return [comment + b"\n\n"]  # a comment, as it is
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -226,9 +204,9 @@ class StreamTranslator:
             created=time.time(),
         )
 
-    def _chunk(self, chunk: dict[str, Any]) -> list[bytes]:
+    def _chunk(self, chunk: dict[str, Any], first: bool) -> list[bytes]:
         out: list[bytes] = []
-        if not self._id:
+        if first:
             ids = chunk.get("parley") or {}
             self._message_id = str(ids.get("message_id") or "")
             stored = self._request.get("store", True) is not False
@@ -413,9 +391,6 @@ class StreamTranslator:
         return out
 
     def _end(self) -> list[bytes]:
-        if self._finished:
-            return []
-        self._finished = True
         out = self._finish_item()
         for item in self._output:  # a call whose arguments ended when the next began
             if item.get("status") == "in_progress":
@@ -424,7 +399,6 @@ class StreamTranslator:
         return out
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
-        self._finished = True
         message = str(error.get("message", ""))
         code = error.get("code") or error.get("type") or "server_error"
         out = [self._event("error", code=code, message=message, param=error.get("param"))]

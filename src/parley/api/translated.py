@@ -8,8 +8,9 @@ path (keepalives, cancellation on disconnect, admission) holds behind them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+import orjson
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -82,3 +83,60 @@ def _with_type(start: Message, content_type: bytes, length: int | None) -> Messa
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     return {**start, "headers": headers}
+
+
+class ChunkTranslator:
+    """A ``Translator`` of the chat path's stream: its SSE frames (cut anywhere) parsed,
+    each handed to the subclass: ``_chunk`` (a ``chat.completion.chunk``; ``first`` for
+    the first), ``_failed`` (the error event that ends a failed stream), ``_keepalive``
+    (a comment), and ``_end`` once, at ``[DONE]`` or when the stream closes after a
+    chunk without one."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._begun = False
+        self._finished = False
+
+    def feed(self, data: bytes) -> bytes:
+        self._pending += data
+        out: list[bytes] = []
+        while b"\n\n" in self._pending:
+            frame, self._pending = self._pending.split(b"\n\n", 1)
+            out += self._frame(frame)
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        return b"".join(self._finish()) if self._begun else b""
+
+    def _frame(self, frame: bytes) -> list[bytes]:
+        if frame.startswith(b":"):
+            return self._keepalive(frame)
+        if not frame.startswith(b"data:"):
+            return []
+        payload = frame[5:].strip()
+        if payload == b"[DONE]":
+            return self._finish()
+        chunk = orjson.loads(payload)
+        if "error" in chunk:
+            self._finished = True
+            return self._failed(chunk["error"] or {})
+        first, self._begun = not self._begun, True
+        return self._chunk(chunk, first)
+
+    def _finish(self) -> list[bytes]:
+        if self._finished:
+            return []
+        self._finished = True
+        return self._end()
+
+    def _chunk(self, chunk: dict[str, Any], first: bool) -> list[bytes]:
+        raise NotImplementedError
+
+    def _failed(self, error: dict[str, Any]) -> list[bytes]:
+        raise NotImplementedError
+
+    def _keepalive(self, comment: bytes) -> list[bytes]:
+        raise NotImplementedError
+
+    def _end(self) -> list[bytes]:
+        raise NotImplementedError
