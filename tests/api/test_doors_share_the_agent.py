@@ -5,7 +5,6 @@ words, so that what is found is certain), the official SDKs, the mock upstream."
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
+from tests.support.knowledge import indexed_base
 from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
@@ -27,15 +27,7 @@ def server(
 ) -> Iterator[ParleyServer]:
     config = server_config(upstream, knowledge={"embedder": "none"})
     with ParleyServer(tmp_path_factory.mktemp("doors"), config) as parley:
-        httpx.post(f"{parley.url}/v1/knowledge_bases", json={"name": "guide"}).raise_for_status()
-        files = [("files", ("guide.txt", GUIDE, "text/plain"))]
-        httpx.post(f"{parley.url}/v1/knowledge_bases/guide/documents", files=files)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            listed = httpx.get(f"{parley.url}/v1/knowledge_bases/guide/documents").json()
-            if [d["status"] for d in listed["data"]] == ["ready"]:
-                break
-            time.sleep(0.1)
+        indexed_base(parley.url, "guide", {"guide.txt": GUIDE})
         yield parley
 
 

@@ -7,7 +7,6 @@ official ``openai`` client; retrieval by words, so that what is found is certain
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
+from tests.support.knowledge import indexed_base
 from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
@@ -34,16 +34,8 @@ def server(
     knowledge = {"embedder": "none", "judge_model": "fast", "min_relative_score": 0}
     config = server_config(upstream, knowledge=knowledge)
     with ParleyServer(tmp_path_factory.mktemp("judge"), config) as parley:
-        httpx.post(f"{parley.url}/v1/knowledge_bases", json={"name": "home"}).raise_for_status()
-        files = [("files", (name, text.encode(), "text/plain")) for name, text in DOCUMENTS.items()]
-        uploaded = httpx.post(f"{parley.url}/v1/knowledge_bases/home/documents", files=files)
-        assert uploaded.status_code == 202, uploaded.text
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            listed = httpx.get(f"{parley.url}/v1/knowledge_bases/home/documents").json()["data"]
-            if all(d["status"] == "ready" for d in listed):
-                break
-            time.sleep(0.1)
+        files = {name: text.encode() for name, text in DOCUMENTS.items()}
+        indexed_base(parley.url, "home", files)
         yield parley
 
 

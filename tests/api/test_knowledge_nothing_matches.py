@@ -6,13 +6,13 @@ official ``openai`` client, the mock upstream. Skipped without the ``embed`` ext
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 from tests.conftest import server_config
+from tests.support.knowledge import indexed_base
 from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
@@ -33,17 +33,8 @@ def server(
     upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ParleyServer]:
     with ParleyServer(tmp_path_factory.mktemp("nothing"), server_config(upstream)) as parley:
-        httpx.post(f"{parley.url}/v1/knowledge_bases", json={"name": "hr"}).raise_for_status()
-        files = [("files", (name, text.encode(), "text/plain")) for name, text in DOCUMENTS.items()]
-        uploaded = httpx.post(f"{parley.url}/v1/knowledge_bases/hr/documents", files=files)
-        assert uploaded.status_code == 202, uploaded.text
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            listed = httpx.get(f"{parley.url}/v1/knowledge_bases/hr/documents").json()["data"]
-            if all(d["status"] == "ready" for d in listed):
-                break
-            time.sleep(0.2)
-        base = httpx.get(f"{parley.url}/v1/knowledge_bases/hr").json()
+        files = {name: text.encode() for name, text in DOCUMENTS.items()}
+        base = indexed_base(parley.url, "hr", files)
         assert base["embedding_model"] == "local/multilingual-e5-small-int8"
         yield parley
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from sqlalchemy import Connection, create_engine, select
+from sqlalchemy import Connection, select
 
 from parley.knowledge import lexical
 from parley.knowledge.e5 import E5_MODEL_ID
@@ -23,6 +23,7 @@ from parley.settings import Settings
 from parley.store.database import Database
 from parley.store.schema import kb_chunks
 from tests.knowledge.test_index import add_base, add_document, ref, unit
+from tests.support.migrations import migrate_to
 
 pytestmark = pytest.mark.anyio
 
@@ -137,19 +138,8 @@ async def test_chunks_added_and_removed_later_keep_their_script(
 
 
 async def test_migration_0012_labels_the_chunks_already_there(tmp_path: Path) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    from parley.store.database import MIGRATIONS
-
     path = tmp_path / "parley.db"
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0011")
-    engine.dispose()
+    migrate_to(path, "0011")
     with closing(sqlite3.connect(path)) as connection, connection:
         connection.execute(
             "INSERT INTO knowledge_bases (id, owner, name, description, embedding_model, "

@@ -9,7 +9,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, create_engine, insert, select
+from sqlalchemy import Connection, insert, select
+from tests.support.migrations import migrate_to
 
 from parley.errors import Conflict
 from parley.mcp.service import McpService
@@ -162,19 +163,8 @@ async def test_the_service_reads_the_rows_without_connecting(store: McpServerSto
 
 async def test_migration_0006_gives_existing_assistants_no_servers(tmp_path: Path) -> None:
     """An assistant written before 0006 reads back with ``mcp_servers == []``."""
-    from alembic import command
-    from alembic.config import Config
-
-    from parley.store.database import MIGRATIONS
-
     path = tmp_path / "parley.db"
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0005")
-    engine.dispose()
+    migrate_to(path, "0005")
     with closing(sqlite3.connect(path)) as connection, connection:
         connection.execute(
             "INSERT INTO assistants (id, owner, name, description, system_prompt, sampling, "

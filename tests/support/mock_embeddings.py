@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.support.loopback import Loopback
 
 Handler = Callable[[dict[str, Any]], Response]
 
@@ -52,8 +52,6 @@ class Endpoint:
         self.headers: list[dict[str, str]] = []
         self.delay: float | Callable[[dict[str, Any]], float] = 0.0
         self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -70,17 +68,9 @@ class Endpoint:
 
     def __enter__(self) -> Endpoint:
         app = Starlette(routes=[Route("/v1/embeddings", self._embeddings, methods=["POST"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            threading.Event().wait(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._loopback = Loopback(app)
+        self.port = self._loopback.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        assert self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._loopback.stop()

@@ -8,18 +8,18 @@ Parley's adapter expects."""
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.support.loopback import Loopback
 
 
 @dataclass
@@ -50,8 +50,6 @@ class MockGemini:
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self._replies: deque[GeminiReply] = deque()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.port = 0
 
     def queue(self, reply: GeminiReply) -> None:
@@ -74,20 +72,12 @@ class MockGemini:
                 Route("/{version}/models/{action:path}", self._generate, methods=["POST"]),
             ]
         )
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            threading.Event().wait(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self._loopback = Loopback(app)
+        self.port = self._loopback.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        assert self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._loopback.stop()
 
     async def _models(self, request: Request) -> Response:
         listed = [
