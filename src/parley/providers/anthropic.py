@@ -29,7 +29,7 @@ from parley.events import (
 from parley.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, Usage
 from parley.providers.http import fetch_models, provider_timeout, stream_events
 from parley.providers.protocol import ModelRequest
-from parley.providers.sse import iter_sse
+from parley.providers.sse import iter_sse, json_event
 from parley.settings import ProviderSettings
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -108,15 +108,8 @@ class AnthropicProvider:
         raw_usage: dict[str, Any] = {}
         tool_indexes: dict[int, int] = {}  # content block index -> index among tool_use blocks
         async for _, data in iter_sse(response.aiter_bytes()):
-            try:
-                event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                raise ProviderError(
-                    f"upstream sent malformed JSON in its stream: {data[:200]!r}",
-                    provider=self.name,
-                    code="upstream_malformed",
-                ) from None
-            if not isinstance(event, dict):
+            event = json_event(data, self.name)
+            if event is None:
                 continue
             match event.get("type"):
                 case "message_start":

@@ -45,7 +45,7 @@ from parley.providers.http import (
     transport_error,
 )
 from parley.providers.protocol import ModelRequest
-from parley.providers.sse import iter_sse
+from parley.providers.sse import iter_sse, json_event
 from parley.settings import ProviderSettings
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -114,15 +114,8 @@ class GeminiProvider:
         usage = Usage()
         calls = 0
         async for _, data in iter_sse(response.aiter_bytes()):
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                raise ProviderError(
-                    f"upstream sent malformed JSON in its stream: {data[:200]!r}",
-                    provider=self.name,
-                    code="upstream_malformed",
-                ) from None
-            if not isinstance(chunk, dict):
+            chunk = json_event(data, self.name)
+            if chunk is None:
                 continue
             if isinstance(chunk.get("error"), dict):
                 error = chunk["error"]

@@ -42,7 +42,7 @@ from parley.providers.http import (
     transport_error,
 )
 from parley.providers.protocol import REQUEST_OPTIONS, ModelRequest, TokensField
-from parley.providers.sse import iter_sse
+from parley.providers.sse import iter_sse, json_event
 from parley.settings import ProviderSettings
 
 _STOP_REASONS: dict[str, StopReason] = {
@@ -151,15 +151,8 @@ class OpenAIChatProvider:
             if data == "[DONE]":
                 finished = True
                 continue
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                raise ProviderError(
-                    f"upstream sent malformed JSON in its stream: {data[:200]!r}",
-                    provider=self.name,
-                    code="upstream_malformed",
-                ) from None
-            if not isinstance(chunk, dict):
+            chunk = json_event(data, self.name)
+            if chunk is None:
                 continue
             if "error" in chunk and not chunk.get("choices"):
                 error = chunk["error"]

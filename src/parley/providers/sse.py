@@ -14,8 +14,12 @@ without a pause between them one stream would hold the event loop for the whole 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
 
 from parley import fairness
+from parley.errors import ProviderError
 
 
 class SSEDecoder:
@@ -92,3 +96,17 @@ async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str
         meter.stop()
     for event in decoder.flush():
         yield event
+
+
+def json_event(data: str, provider: str) -> dict[str, Any] | None:
+    """An event's data as a JSON object; None for other JSON (skipped by the adapters).
+    Malformed JSON is a ``ProviderError`` (``upstream_malformed``)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ProviderError(
+            f"upstream sent malformed JSON in its stream: {data[:200]!r}",
+            provider=provider,
+            code="upstream_malformed",
+        ) from None
+    return value if isinstance(value, dict) else None
