@@ -18,6 +18,10 @@ from google import genai
 from tests.support.mock_gemini import GeminiReply, MockGemini, call, text
 from tests.support.server import ParleyServer
 
+from parley.messages import Message, ReasoningPart, TextPart, ToolCallPart, ToolResult, ToolSpec
+from parley.providers.gemini import UNSIGNED, request_body
+from parley.providers.protocol import ModelRequest
+
 WEATHER: Any = {
     "type": "function",
     "function": {
@@ -214,3 +218,62 @@ def test_an_upstream_error_is_reported(client: openai.OpenAI, gemini: MockGemini
             model="gemini/gemini-2.5-flash", messages=[{"role": "user", "content": "Hi"}]
         )
     assert "API key not valid." in caught.value.message
+
+
+def test_a_refused_prompt_ends_as_content_filtered(
+    client: openai.OpenAI, gemini: MockGemini
+) -> None:
+    gemini.queue(GeminiReply(blocked="SAFETY"))
+    answer = client.chat.completions.create(
+        model="gemini/gemini-2.5-flash", messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert answer.choices[0].finish_reason == "content_filter"
+    assert len(gemini.requests) == 1  # not retried
+
+
+def steps_message() -> Message:
+    """Two sequential steps of one agent turn: call a, its result, then call b."""
+    first = ToolCallPart("c1", "a", "{}", ToolResult("ra"))
+    second = ToolCallPart("c2", "b", "{}", ToolResult("rb"))
+    return Message(
+        "assistant",
+        (ReasoningPart("", signature="s1"), first, ReasoningPart("", signature="s2"), second),
+    )
+
+
+def test_sequential_steps_stay_apart_with_their_signatures() -> None:
+    request = ModelRequest(
+        "gemini-2.5-flash", (Message("user", (TextPart("go"),)), steps_message())
+    )
+    contents = request_body(request)["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user", "model", "user"]
+    assert contents[1]["parts"] == [
+        {"functionCall": {"name": "a", "args": {}}, "thoughtSignature": "s1"}
+    ]
+    assert contents[2]["parts"][0]["functionResponse"]["name"] == "a"
+    assert contents[3]["parts"][0]["thoughtSignature"] == "s2"
+
+
+def test_gemini_3_gets_a_stand_in_signature_for_a_clients_history() -> None:
+    call = ToolCallPart("c1", "a", "{}", ToolResult("ra"))
+    history = (Message("user", (TextPart("go"),)), Message("assistant", (call,)))
+    three = request_body(ModelRequest("gemini-3-pro-preview", history))["contents"]
+    assert three[1]["parts"][0]["thoughtSignature"] == UNSIGNED
+    two = request_body(ModelRequest("gemini-2.5-flash", history))["contents"]
+    assert "thoughtSignature" not in two[1]["parts"][0]
+
+
+def test_tool_schemas_go_as_json_schema_and_pro_keeps_some_thinking() -> None:
+    schema = {"type": "object", "additionalProperties": False, "properties": {}}
+    request = ModelRequest(
+        "gemini-2.5-pro",
+        (Message("user", (TextPart("go"),)),),
+        tools=(ToolSpec("a", "A tool.", schema),),
+        options={"reasoning_effort": "none"},
+    )
+    body = request_body(request)
+    assert body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == schema
+    assert body["generationConfig"]["thinkingConfig"] == {
+        "thinkingBudget": 128,
+        "includeThoughts": False,
+    }

@@ -29,6 +29,8 @@ class GeminiReply:
     finish: str = "STOP"
     status: int = 200
     error: dict[str, Any] | None = None
+    blocked: str | None = None
+    """A ``promptFeedback.blockReason``: the prompt refused, no candidates."""
 
 
 def text(*pieces: str, thoughts: tuple[str, ...] = (), finish: str = "STOP") -> GeminiReply:
@@ -100,6 +102,10 @@ class MockGemini:
         return StreamingResponse(self._stream(model, reply), media_type="text/event-stream")
 
     async def _stream(self, model: str, reply: GeminiReply) -> AsyncIterator[bytes]:
+        if reply.blocked:
+            feedback = {"promptFeedback": {"blockReason": reply.blocked}, "modelVersion": model}
+            yield b"data: " + orjson.dumps(feedback) + b"\r\n\r\n"
+            return
         chunks = reply.chunks or [[]]
         for n, parts in enumerate(chunks):
             last = n == len(chunks) - 1

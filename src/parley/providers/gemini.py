@@ -11,7 +11,8 @@ Thinking: OpenAI's ``reasoning_effort`` becomes Gemini 3's ``thinkingLevel`` (lo
 high) or Gemini 2.5's ``thinkingBudget`` (``THINKING_BUDGETS``), with thought summaries
 asked for (``includeThoughts``) and streamed as reasoning. A function call's
 ``thoughtSignature`` is kept as a signed, empty reasoning part before the call and sent
-back on it, as Gemini requires of thinking models within a turn. Gemini names no tool
+back on it, as Gemini requires of thinking models within a turn (Gemini 3: a call whose
+signature is not known, from a client's history, gets Google's stand-in). Gemini names no tool
 call: each gets an id here (``call_<n>_<random>``), and a result goes back as a
 ``functionResponse`` by the call's name.
 """
@@ -49,6 +50,8 @@ from parley.providers.sse import iter_sse, json_event
 from parley.settings import ProviderSettings
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+UNSIGNED = "skip_thought_signature_validator"
+"""Google's stand-in ``thoughtSignature`` for a function call whose own is not known."""
 THINKING_BUDGETS = {
     "none": 0,
     "minimal": 512,
@@ -59,6 +62,8 @@ THINKING_BUDGETS = {
     "max": 32768,
 }
 """Gemini 2.5: OpenAI's ``reasoning_effort`` -> ``thinkingBudget`` (tokens)."""
+PRO_LEAST_BUDGET = 128
+"""Gemini 2.5 Pro's least budget: it refuses 0 (no thinking)."""
 THINKING_LEVELS = {
     "none": "low",
     "minimal": "low",
@@ -127,6 +132,9 @@ class GeminiProvider:
                     else None,
                     retryable=True,
                 )
+            blocked = (chunk.get("promptFeedback") or {}).get("blockReason")
+            if blocked and not chunk.get("candidates"):
+                stop = "content_filtered"  # the prompt itself was refused
             if isinstance(chunk.get("usageMetadata"), dict):
                 usage = usage_from_gemini(chunk["usageMetadata"])
             for candidate in (chunk.get("candidates") or [])[:1]:
@@ -136,6 +144,13 @@ class GeminiProvider:
                             calls += 1
                         yield event
                 reason = candidate.get("finishReason")
+                if reason in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
+                    raise ProviderError(
+                        f"the model made a call Gemini could not read ({reason})",
+                        provider=self.name,
+                        retryable=True,
+                        code="upstream_malformed",
+                    )
                 if reason:
                     stop = _STOP_REASONS.get(str(reason), "end_turn")
         if stop is None:
@@ -215,7 +230,8 @@ def usage_from_gemini(raw: dict[str, Any]) -> Usage:
 
 
 def request_body(request: ModelRequest) -> dict[str, Any]:
-    system, contents = to_gemini_contents(request.messages)
+    gemini_3 = request.model.removeprefix("models/").startswith("gemini-3")
+    system, contents = to_gemini_contents(request.messages, sign=gemini_3)
     body: dict[str, Any] = {"contents": contents}
     if system:
         body["systemInstruction"] = {"parts": [{"text": system}]}
@@ -245,7 +261,11 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
         body["tools"] = [
             {
                 "functionDeclarations": [
-                    {"name": t.name, "description": t.description, "parameters": t.parameters}
+                    {
+                        "name": t.name,
+                        "description": t.description,
+                        "parametersJsonSchema": t.parameters,
+                    }
                     for t in request.tools
                 ]
             }
@@ -262,7 +282,9 @@ def _thinking(model: str, effort: Any) -> dict[str, Any] | None:
     if model.removeprefix("models/").startswith("gemini-3"):
         return {"thinkingLevel": THINKING_LEVELS[effort], "includeThoughts": True}
     budget = THINKING_BUDGETS[effort]
-    return {"thinkingBudget": budget, "includeThoughts": budget > 0}
+    if budget == 0 and "pro" in model:
+        budget = PRO_LEAST_BUDGET  # 2.5 Pro cannot turn thinking off
+    return {"thinkingBudget": budget, "includeThoughts": effort != "none"}
 
 
 def _response_format(given: Any) -> dict[str, Any]:
@@ -292,7 +314,9 @@ def _tool_config(choice: str | dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def to_gemini_contents(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+def to_gemini_contents(
+    messages: tuple[Message, ...], *, sign: bool = False
+) -> tuple[str, list[dict[str, Any]]]:
     """Neutral messages -> (system instruction, ``contents``). An assistant message is a
     ``model`` turn per step (its text and calls), each followed by a ``user`` turn of
     its answered calls' ``functionResponse`` parts; turns of one role are merged."""
@@ -305,7 +329,7 @@ def to_gemini_contents(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
         elif message.role == "user":
             _append(contents, "user", _user_parts(message))
         else:
-            _model_steps(contents, message)
+            _model_steps(contents, message, sign=sign)
     return "\n\n".join(system), contents
 
 
@@ -337,26 +361,29 @@ def _image_part(url: str) -> dict[str, Any]:
     return {"inlineData": {"mimeType": media_type, "data": data}}
 
 
-def _model_steps(contents: list[dict[str, Any]], message: Message) -> None:
+def _model_steps(contents: list[dict[str, Any]], message: Message, *, sign: bool) -> None:
+    """``sign``: a step's first call without a signature of its own gets Google's stand-in
+    (Gemini 3 refuses a call of the current turn without one: a client's history has none)."""
     parts: list[dict[str, Any]] = []
     calls: list[ToolCallPart] = []
     signature: str | None = None
     for part in message.parts:
-        if isinstance(part, ReasoningPart):
-            signature = part.signature or signature
-            continue
         if isinstance(part, ToolCallPart):
             call: dict[str, Any] = {"functionCall": {"name": part.name, "args": _args(part)}}
-            if signature:
-                call["thoughtSignature"] = signature
+            if signature or (sign and not calls):
+                call["thoughtSignature"] = signature or UNSIGNED
                 signature = None
             calls.append(part)
             parts.append(call)
             continue
-        if isinstance(part, TextPart) and part.text:
-            if calls:
-                _flush_step(contents, parts, calls)
-                parts, calls = [], []
+        if calls and (
+            isinstance(part, ReasoningPart) or (isinstance(part, TextPart) and part.text)
+        ):
+            _flush_step(contents, parts, calls)  # a new step: after the results
+            parts, calls = [], []
+        if isinstance(part, ReasoningPart):
+            signature = part.signature or signature
+        elif isinstance(part, TextPart) and part.text:
             parts.append({"text": part.text})
     _flush_step(contents, parts, calls)
 
