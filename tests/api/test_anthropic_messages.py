@@ -199,3 +199,51 @@ def test_tokens_are_counted_without_asking_the_upstream(
     assert 0 < short.input_tokens < 20
     assert long.input_tokens > short.input_tokens + 200
     assert upstream.requests == []
+
+
+def test_a_tool_result_with_an_image(client: anthropic.Anthropic, upstream: MockOpenAI) -> None:
+    """A chat tool message holds text only: the result's image follows in a user message."""
+    pixel = (
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJ"
+        "RU5ErkJggg=="
+    )
+    upstream.queue_text("A white pixel.")
+    client.messages.create(
+        model="mock/mock-model",
+        max_tokens=50,
+        tools=[WEATHER],  # type: ignore[list-item]
+        messages=[
+            {"role": "user", "content": "Look at the screenshot."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "call_s", "name": "get_weather", "input": {}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "call_s",
+                        "content": [
+                            {"type": "text", "text": "the screenshot"},
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": pixel,
+                                },
+                            },
+                        ],
+                    }
+                ],
+            },
+        ],
+    )
+    sent = last_request(upstream)["messages"]
+    assert sent[-2] == {"role": "tool", "tool_call_id": "call_s", "content": "the screenshot"}
+    image = sent[-1]["content"][0]
+    assert sent[-1]["role"] == "user"
+    assert image["image_url"]["url"] == f"data:image/png;base64,{pixel}"

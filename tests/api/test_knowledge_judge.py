@@ -112,3 +112,4 @@ def test_parse() -> None:
     assert parse('{"relevant": "1"}', 3) is None
     assert parse("[1, 2]", 3) is None
     assert parse("{not json}", 3) is None
+    assert parse('I think {so}. {"relevant": [1]} Done {here}.', 3) == [0]

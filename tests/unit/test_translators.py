@@ -15,12 +15,17 @@ from parley.api.responses import StreamTranslator as ResponsesTranslator
 from parley.api.translated import ChunkTranslator
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+def chunk(
+    delta: dict[str, Any],
+    finish: str | None = None,
+    parley: dict[str, Any] | None = None,
+    **extra: Any,
+) -> bytes:
     body = {
         "id": "chatcmpl-msg_1",
         "model": "fast",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        "parley": {"conversation_id": "conv_1", "message_id": "msg_1"},
+        "parley": parley or {"conversation_id": "conv_1", "message_id": "msg_1"},
         **extra,
     }
     return b"data: " + orjson.dumps(body) + b"\n\n"
@@ -118,3 +123,56 @@ def test_an_error_ends_the_stream_and_a_cut_stream_is_closed(make: Any) -> None:
     closed = events(cut.feed(chunk({"content": "Hi"})) + cut.close())
     assert closed[-1][0] in ("message_stop", "response.completed")
     assert cut.close() == b""  # once
+
+
+@pytest.mark.parametrize("make", [AnthropicTranslator, lambda: ResponsesTranslator({})])
+def test_a_restart_after_output_was_shown_fails_the_stream(make: Any) -> None:
+    """Anthropic's and OpenAI's streams cannot take back what was sent: the client is
+    told the answer restarted, and nothing of the new attempt follows."""
+    restart = {"restart": {"reason": "upstream_error", "attempt": 2, "clear": True}}
+    translator: ChunkTranslator = make()
+    raw = (
+        translator.feed(
+            chunk({"content": "Half an ans"})
+            + chunk({}, parley={"message_id": "msg_1", **restart})
+            + chunk({"content": "A whole answer."})
+            + chunk({}, "stop")
+            + b"data: [DONE]\n\n"
+        )
+        + translator.close()
+    )
+    names = [name for name, _ in events(raw)]
+    assert "error" in names
+    assert b"the answer was restarted" in raw
+    assert b"A whole answer." not in raw
+    assert not {"message_stop", "response.completed"} & set(names)
+
+
+def test_a_restart_before_any_output_is_no_failure() -> None:
+    translator = AnthropicTranslator()
+    quiet = {"restart": {"reason": "upstream_error", "attempt": 2, "clear": False}}
+    raw = (
+        translator.feed(
+            chunk({}, parley={"message_id": "msg_1", **quiet}) + chunk({"content": "Fine."})
+        )
+        + translator.close()
+    )
+    assert [name for name, _ in events(raw)][-1] == "message_stop"
+    assert b"Fine." in raw
+
+
+def test_responses_items_of_later_steps_have_ids_of_their_own() -> None:
+    translator = ResponsesTranslator({})
+    steps = (
+        chunk({"content": "Looking."})
+        + chunk({"tool_calls": [CALL]})
+        + chunk({"content": "Found it."})
+        + chunk({}, "length")
+        + b"data: [DONE]\n\n"
+    )
+    found = events(translator.feed(steps) + translator.close())
+    added = [data["item"]["id"] for name, data in found if name == "response.output_item.added"]
+    assert len(added) == len(set(added)) == 3
+    indexes = [data["output_index"] for name, data in found if name == "response.output_item.done"]
+    assert indexes == [0, 1, 2]
+    assert found[-1][0] == "response.incomplete"  # cut at the token cap

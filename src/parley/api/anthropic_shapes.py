@@ -188,7 +188,9 @@ def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
         elif kind == "image":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block, where)}})
         elif kind == "tool_result":
-            results.append(_tool_result(block, where))
+            result, images = _tool_result(block, where)
+            results.append(result)
+            parts += images  # shown to the model in the user message after the results
         else:
             raise _bad(f"{kind!r} blocks are not supported", where)
     messages = results  # a tool's result answers the call before any new text
@@ -208,14 +210,25 @@ def _image_url(block: dict[str, Any], where: str) -> str:
     raise _bad("an image needs a base64 or url source", f"{where}.source")
 
 
-def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _tool_result(block: dict[str, Any], where: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The tool message of a ``tool_result``, and its images (a chat tool message holds
+    text only: they follow in a user message)."""
     content = block.get("content", "")
+    images: list[dict[str, Any]] = []
     if isinstance(content, list):
-        content = _text_of(content, f"{where}.content")
+        texts = []
+        for n, item in enumerate(content):
+            if isinstance(item, dict) and item.get("type") == "image":
+                url = _image_url(item, f"{where}.content.{n}")
+                images.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                texts.append(_text_of([item], f"{where}.content.{n}"))
+        content = "\n\n".join(texts) or ("[an image]" if images else "")
     text = str(content)
     if block.get("is_error"):
         text = f"Error: {text}"
-    return {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text}
+    message = {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text}
+    return message, images
 
 
 def _tool(tool: Any, param: str) -> dict[str, Any] | str:

@@ -182,6 +182,7 @@ class StreamTranslator(ChunkTranslator):
         self._output: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the item being written
         self._calls: dict[int, dict[str, Any]] = {}  # a tool call's index -> its item
+        self._indexes: dict[str, int] = {}  # an item's id -> its output index
         self._usage: dict[str, Any] | None = None
         self._status = "completed"
 
@@ -230,7 +231,10 @@ class StreamTranslator(ChunkTranslator):
 
     def _begin(self, item: dict[str, Any]) -> list[bytes]:
         out = self._finish_item()
+        if item["type"] != "function_call" and any(o["id"] == item["id"] for o in self._output):
+            item["id"] = f"{item['id']}_{len(self._output)}"  # a later step's item
         self._open = item
+        self._indexes[item["id"]] = len(self._output)
         self._output.append(item)
         shown = {**item, "content": []} if item["type"] == "message" else dict(item)
         if item["type"] == "reasoning":
@@ -317,7 +321,7 @@ class StreamTranslator(ChunkTranslator):
         piece = function.get("arguments") or ""
         if piece:
             item["arguments"] += piece
-            index = self._output.index(item)
+            index = self._indexes[item["id"]]
             out.append(
                 self._event(
                     "response.function_call_arguments.delta",
@@ -332,7 +336,7 @@ class StreamTranslator(ChunkTranslator):
         item, self._open = self._open, None
         if item is None:
             return []
-        index = self._output.index(item)
+        index = self._indexes[item["id"]]
         out: list[bytes] = []
         if item["type"] == "message":
             part = item["content"][0]
@@ -395,7 +399,8 @@ class StreamTranslator(ChunkTranslator):
         for item in self._output:  # a call whose arguments ended when the next began
             if item.get("status") == "in_progress":
                 item["status"] = "completed"
-        out.append(self._event("response.completed", response=self._envelope(self._status)))
+        done = "response.incomplete" if self._status == "incomplete" else "response.completed"
+        out.append(self._event(done, response=self._envelope(self._status)))
         return out
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:

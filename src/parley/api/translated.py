@@ -85,12 +85,25 @@ def _with_type(start: Message, content_type: bytes, length: int | None) -> Messa
     return {**start, "headers": headers}
 
 
+RESTARTED = {
+    "type": "api_error",
+    "code": "answer_restarted",
+    "message": "the answer was restarted (a retry or a fallback model) after part of it was "
+    "sent, which this API cannot take back; the whole answer is kept in the conversation",
+}
+
+
 class ChunkTranslator:
     """A ``Translator`` of the chat path's stream: its SSE frames (cut anywhere) parsed,
     each handed to the subclass: ``_chunk`` (a ``chat.completion.chunk``; ``first`` for
     the first), ``_failed`` (the error event that ends a failed stream), ``_keepalive``
     (a comment), and ``_end`` once, at ``[DONE]`` or when the stream closes after a
-    chunk without one."""
+    chunk without one.
+
+    A restart that drops output already shown (a retry or a fallback model after part
+    of the answer went out: ``parley.restart.clear``) ends the stream as failed
+    (``RESTARTED``): these APIs have no way to take back what was sent. The answer goes
+    on on the server and is kept in the conversation."""
 
     def __init__(self) -> None:
         self._pending = b""
@@ -117,9 +130,15 @@ class ChunkTranslator:
         if payload == b"[DONE]":
             return self._finish()
         chunk = orjson.loads(payload)
+        if self._finished:
+            return []  # after a failure: nothing more goes out
         if "error" in chunk:
             self._finished = True
             return self._failed(chunk["error"] or {})
+        restart = (chunk.get("parley") or {}).get("restart")
+        if isinstance(restart, dict) and restart.get("clear") and self._begun:
+            self._finished = True
+            return self._failed(dict(RESTARTED))
         first, self._begun = not self._begun, True
         return self._chunk(chunk, first)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Sequence
+from typing import Any
 
 from parley.agent.completion import Completer
 from parley.conversations.ocr import current_turn
@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 PASSAGE_CHARS = 1_200
 """Each passage shown to the judge at most this long (a chunk is 1,400 characters)."""
-MAX_TOKENS = 200
+MAX_TOKENS = 1_024
+"""Room for the answer and for a thinking model's reasoning before it."""
 JUDGE_PROMPT = (
     "You check the results of a document search. Below are a question and numbered "
     "passages found for it. A passage is relevant only if it states information that "
@@ -43,7 +44,7 @@ JUDGE_PROMPT = (
     'hold the answer is not relevant. Reply with JSON only: {"relevant": [numbers]}, '
     "the numbers of the relevant passages, or [] when none is."
 )
-_JSON = re.compile(r"\{.*\}", re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
 class ModelJudge:
@@ -94,16 +95,25 @@ class ModelJudge:
 def parse(text: str, count: int) -> list[int] | None:
     """The 0-based indexes named by a reply like ``{"relevant": [2, 1]}`` (1-based, within
     ``count``, each once, in passage order); None when the reply says nothing usable."""
-    found = _JSON.search(text)
-    if found is None:
-        return None
-    try:
-        data = json.loads(found.group())
-    except ValueError:
-        return None
-    named = data.get("relevant") if isinstance(data, dict) else None
+    data = _first_object(text)
+    named = data.get("relevant") if data is not None else None
     if not isinstance(named, list):
         return None
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in named):
         return None
     return sorted({n - 1 for n in named if 1 <= n <= count})
+
+
+def _first_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` that has ``relevant`` (prose around it, and
+    other braces, allowed)."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _end = _DECODER.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and "relevant" in value:
+            return value
+        start = text.find("{", start + 1)
+    return None
