@@ -1,10 +1,13 @@
 """Every door reaches the same agent: a request through Anthropic's Messages API or
 OpenAI's Responses API that names a knowledge base gets its passages, as one through
-Chat Completions does, and its reply carries the citations. A real server (retrieval by
-words, so that what is found is certain), the official SDKs, the mock upstream."""
+Chat Completions does, and its reply carries the citations; a server tool runs; a call
+that needs a person's approval waits for it, and the approval resumes the turn. A real
+server (retrieval by words, so that what is found is certain), the official SDKs, the mock
+upstream."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +28,11 @@ QUESTION = "What makes the zorbulite crystal glow?"
 def server(
     upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ParleyServer]:
-    config = server_config(upstream, knowledge={"embedder": "none"})
+    config = server_config(
+        upstream,
+        knowledge={"embedder": "none"},
+        tools={"approval": {"workspace_write": "ask"}, "approval_ttl_seconds": 60},
+    )
     with ParleyServer(tmp_path_factory.mktemp("doors"), config) as parley:
         indexed_base(parley.url, "guide", {"guide.txt": GUIDE})
         yield parley
@@ -117,3 +124,70 @@ def test_the_agent_runs_a_server_tool_behind_each_door(
     ).json()
     assert plain["output"][-1]["content"][0]["text"] == "Nine."
     assert upstream.requests[-1]["messages"][-1]["content"] == "9"
+
+
+def test_a_call_waits_for_approval_behind_each_door(
+    server: ParleyServer, upstream: MockOpenAI
+) -> None:
+    write = ("call_w", "workspace_write", json.dumps({"path": "a.txt", "content": "hi"}))
+    upstream.reset()
+    upstream.queue_tool_calls([write])
+    with anthropic.Anthropic(base_url=server.url, api_key="sk-x", max_retries=0) as client:
+        message = client.messages.create(
+            model="mock/mock-model",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "Write a.txt."}],
+            tools=["workspace_write"],  # type: ignore[list-item]
+        )
+    extra = (message.model_extra or {})["parley"]
+    assert [p["id"] for p in extra["pending_approvals"]] == ["call_w"]
+    assert message.stop_reason == "end_turn"  # the client runs nothing
+
+    upstream.queue_text("Written.")
+    resumed = httpx.post(
+        f"{server.url}/v1/conversations/{extra['conversation_id']}/approvals",
+        json={"decisions": [{"tool_call_id": "call_w", "decision": "approve"}]},
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["choices"][0]["message"]["content"] == "Written."
+    assert upstream.requests[-1]["messages"][-1]["tool_call_id"] == "call_w"
+
+    upstream.reset()
+    upstream.queue_tool_calls([write])
+    plain = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": "mock/mock-model", "input": "Write a.txt.", "tools": ["workspace_write"]},
+    ).json()
+    assert [p["id"] for p in plain["parley"]["pending_approvals"]] == ["call_w"]
+
+
+def test_streamed_replies_carry_parleys_extension_at_their_end(
+    server: ParleyServer, upstream: MockOpenAI
+) -> None:
+    """The citations, ids and cost reach a streaming client of either door too: in
+    Anthropic's ``message_delta`` and in the Responses API's final response."""
+    upstream.reset()
+    upstream.queue_text("Copper [1].")
+    body = {
+        "model": "mock/mock-model",
+        "max_tokens": 100,
+        "stream": True,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "knowledge_bases": ["guide"],
+    }
+    with httpx.stream("POST", f"{server.url}/v1/messages", json=body) as streamed:
+        lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    [delta] = [e for e in events if e["type"] == "message_delta"]
+    assert [c["title"] for c in delta["parley"]["citations"]] == ["guide.txt"]
+
+    upstream.queue_text("Copper [1].")
+    with (
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0) as client,
+        client.responses.stream(
+            model="mock/mock-model", input=QUESTION, extra_body={"knowledge_bases": ["guide"]}
+        ) as stream,
+    ):
+        final = stream.get_final_response()
+    citations = (final.model_extra or {})["parley"]["citations"]
+    assert [c["title"] for c in citations] == ["guide.txt"]

@@ -209,6 +209,8 @@ class StreamTranslator(ChunkTranslator):
         out = self._close_block()
         delta = {"stop_reason": self._stop, "stop_sequence": None}
         body = {"type": "message_delta", "delta": delta, "usage": self._usage}
+        if self.parley:
+            body["parley"] = self.parley  # Parley's extension, as on a whole message
         out.append(_event("message_delta", body))
         out.append(_event("message_stop", {"type": "message_stop"}))
         return out

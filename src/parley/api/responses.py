@@ -400,7 +400,10 @@ class StreamTranslator(ChunkTranslator):
             if item.get("status") == "in_progress":
                 item["status"] = "completed"
         done = "response.incomplete" if self._status == "incomplete" else "response.completed"
-        out.append(self._event(done, response=self._envelope(self._status)))
+        final = self._envelope(self._status)
+        if self.parley:
+            final["parley"] = self.parley  # Parley's extension, as on a whole response
+        out.append(self._event(done, response=final))
         return out
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:

@@ -93,6 +93,10 @@ RESTARTED = {
 }
 
 
+PROGRESS = frozenset({"restart", "tool", "status"})
+"""Extension fields of progress chunks, not of the reply."""
+
+
 class ChunkTranslator:
     """A ``Translator`` of the chat path's stream: its SSE frames (cut anywhere) parsed,
     each handed to the subclass: ``_chunk`` (a ``chat.completion.chunk``; ``first`` for
@@ -109,6 +113,9 @@ class ChunkTranslator:
         self._pending = b""
         self._begun = False
         self._finished = False
+        self.parley: dict[str, Any] = {}
+        """Parley's extension as the chunks so far told it (ids, cost, citations, pending
+        approvals...): the last event carries it."""
 
     def feed(self, data: bytes) -> bytes:
         self._pending += data
@@ -140,6 +147,11 @@ class ChunkTranslator:
             self._finished = True
             return self._failed(dict(RESTARTED))
         first, self._begun = not self._begun, True
+        extension = chunk.get("parley")
+        if isinstance(extension, dict):
+            self.parley.update(
+                (key, value) for key, value in extension.items() if key not in PROGRESS
+            )
         return self._chunk(chunk, first)
 
     def _finish(self) -> list[bytes]:
