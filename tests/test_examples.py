@@ -33,6 +33,26 @@ def test_chat_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
     assert len(upstream.requests[1]["messages"]) == 3
 
 
+def test_other_doors_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
+    upstream.queue_text("Blue.")
+    upstream.queue_text("Green.")
+    upstream.queue_text("Apple.")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "other_doors.py")],
+        env={**parley.env, "PARLEY_URL": f"{parley.url}/v1", "PARLEY_MODEL": "fast"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "response: Blue." in result.stdout
+    assert "continued: Green." in result.stdout
+    assert "messages: Apple." in result.stdout
+    assert "embedding: 384 dimensions" in result.stdout  # the default embedder
+    history = [m["content"] for m in upstream.requests[1]["messages"]]
+    assert history == ["Name a colour.", "Blue.", "And another one?"]
+
+
 def test_curl_sh(parley: ParleyServer, upstream: MockOpenAI) -> None:
     upstream.queue_text("Hello", "!")
     result = subprocess.run(
