@@ -15,17 +15,24 @@ from tests.support.server import ParleyServer
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
+def run_example(
+    server: ParleyServer, name: str, model: str = "fast", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``examples/name`` run with Python against ``server`` (PARLEY_URL, PARLEY_MODEL)."""
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        env={**server.env, "PARLEY_URL": f"{server.url}/v1", "PARLEY_MODEL": model},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+
+
 def test_chat_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
     upstream.queue_text("Blue.")
     upstream.queue_text("Green", ".")
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "chat.py")],
-        env={**parley.env, "PARLEY_URL": f"{parley.url}/v1", "PARLEY_MODEL": "fast"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_example(parley, "chat.py")
     assert "reply: Blue." in result.stdout
     assert "stream: Green." in result.stdout
     assert "usage: " in result.stdout
@@ -37,14 +44,7 @@ def test_other_doors_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
     upstream.queue_text("Blue.")
     upstream.queue_text("Green.")
     upstream.queue_text("Apple.")
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "other_doors.py")],
-        env={**parley.env, "PARLEY_URL": f"{parley.url}/v1", "PARLEY_MODEL": "fast"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    result = run_example(parley, "other_doors.py")
     assert "response: Blue." in result.stdout
     assert "continued: Green." in result.stdout
     assert "messages: Apple." in result.stdout
@@ -97,14 +97,7 @@ def test_agent_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
     upstream.queue_text("It is ", "noon.")
     upstream.queue_tool_calls([("call_2", "current_time", "{}")])
     upstream.queue_text("UTC.")
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "agent.py")],
-        env={**parley.env, "PARLEY_URL": f"{parley.url}/v1", "PARLEY_MODEL": "fast"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_example(parley, "agent.py")
     assert "[calling current_time({})]" in result.stdout
     assert "[current_time -> {" in result.stdout
     assert "It is noon." in result.stdout

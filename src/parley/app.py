@@ -72,7 +72,7 @@ from parley.fairness import Ledger
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
-from parley.knowledge.types import Judge
+from parley.knowledge.types import Embedder, Judge
 from parley.mcp.serve import McpEndpoint
 from parley.mcp.service import McpService
 from parley.memory.service import MemoryService
@@ -141,24 +141,7 @@ def create_app(settings: Settings) -> FastAPI:
         readers = ReaderPool(settings.documents)  # documents are read in its processes
         completer = Completer(ModelCall(settings.agent, pricing, chain))  # the server's own calls
         embedder = build_embedder(settings.knowledge, client)
-        knowledge = (
-            KnowledgeService(
-                settings.knowledge,
-                database,
-                settings.data_dir / "knowledge",
-                embedder,
-                extractor=KnowledgeExtractor(
-                    readers,
-                    timeout_seconds=settings.knowledge.extract_timeout_seconds,
-                    max_pdf_pages=settings.knowledge.max_pdf_pages,
-                ),
-                judge=_judge(settings, completer, registry),
-            )
-            if settings.knowledge.enabled
-            else None
-        )
-        if knowledge is not None:
-            await knowledge.start()
+        knowledge = await _knowledge(settings, database, embedder, readers, completer, registry)
         memory = MemoryService(MemoryStore(database), embedder)
         citations = CitationStore(database)
         mcp = McpService(
@@ -334,6 +317,33 @@ def _largest_body(settings: Settings) -> int:
     knowledge = settings.knowledge
     uploads = knowledge.max_files_per_upload * (knowledge.max_upload_bytes + MULTIPART_SLACK)
     return max(settings.server.max_body_bytes, uploads)
+
+
+async def _knowledge(
+    settings: Settings,
+    database: Database,
+    embedder: Embedder | None,
+    readers: ReaderPool,
+    completer: Completer,
+    registry: ProviderRegistry,
+) -> KnowledgeService | None:
+    """The knowledge bases' service, started (None when ``knowledge.enabled`` is off)."""
+    if not settings.knowledge.enabled:
+        return None
+    knowledge = KnowledgeService(
+        settings.knowledge,
+        database,
+        settings.data_dir / "knowledge",
+        embedder,
+        extractor=KnowledgeExtractor(
+            readers,
+            timeout_seconds=settings.knowledge.extract_timeout_seconds,
+            max_pdf_pages=settings.knowledge.max_pdf_pages,
+        ),
+        judge=_judge(settings, completer, registry),
+    )
+    await knowledge.start()
+    return knowledge
 
 
 def _judge(settings: Settings, completer: Completer, registry: ProviderRegistry) -> Judge | None:

@@ -8,10 +8,8 @@ stream parser (Messages API events -> ``events.Event``). Always streams.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import httpx
 import orjson
@@ -27,7 +25,13 @@ from parley.events import (
     UsageEvent,
 )
 from parley.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, Usage
-from parley.providers.http import fetch_models, provider_timeout, stream_events
+from parley.providers.http import (
+    data_url,
+    fetch_models,
+    listed_models,
+    provider_timeout,
+    stream_events,
+)
 from parley.providers.protocol import ModelRequest
 from parley.providers.sse import iter_sse, json_event
 from parley.settings import ProviderSettings
@@ -169,12 +173,7 @@ class AnthropicProvider:
         )
 
     async def list_models(self) -> list[str]:
-        if self._config.models or not self._config.list_upstream_models:
-            return list(self._config.models)
-        try:
-            return await self.check_models()
-        except ProviderError:
-            return []
+        return await listed_models(self._config, self.check_models)
 
     async def check_models(self) -> list[str]:
         """The upstream's models, asked now; a ProviderError says why not."""
@@ -302,15 +301,10 @@ def _user_blocks(message: Message) -> list[dict[str, Any]]:
 
 
 def _image_block(url: str) -> dict[str, Any]:
-    if not url.startswith("data:"):
+    inline = data_url(url)
+    if inline is None:
         return {"type": "image", "source": {"type": "url", "url": url}}
-    header, _, payload = url[len("data:") :].partition(",")
-    media_type, *params = header.split(";")
-    data = (
-        payload
-        if "base64" in params
-        else base64.b64encode(unquote_to_bytes(payload)).decode("ascii")
-    )
+    media_type, data = inline
     return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
 
 

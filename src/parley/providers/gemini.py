@@ -19,11 +19,10 @@ call: each gets an id here (``call_<n>_<random>``), and a result goes back as a
 
 from __future__ import annotations
 
-import base64
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -40,7 +39,9 @@ from parley.events import (
 )
 from parley.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, Usage
 from parley.providers.http import (
+    data_url,
     error_from_response,
+    listed_models,
     provider_timeout,
     stream_events,
     transport_error,
@@ -164,12 +165,7 @@ class GeminiProvider:
         yield Done("tool_use" if calls and stop == "end_turn" else stop)
 
     async def list_models(self) -> list[str]:
-        if self._config.models or not self._config.list_upstream_models:
-            return list(self._config.models)
-        try:
-            return await self.check_models()
-        except ProviderError:
-            return []
+        return await listed_models(self._config, self.check_models)
 
     async def check_models(self) -> list[str]:
         """The upstream's models that generate content, asked now."""
@@ -353,11 +349,10 @@ def _user_parts(message: Message) -> list[dict[str, Any]]:
 
 
 def _image_part(url: str) -> dict[str, Any]:
-    if not url.startswith("data:"):
+    inline = data_url(url)
+    if inline is None:
         return {"fileData": {"mimeType": "image/*", "fileUri": url}}
-    header, _, payload = url[len("data:") :].partition(",")
-    media_type, *params = header.split(";")
-    data = payload if "base64" in params else base64.b64encode(unquote_to_bytes(payload)).decode()
+    media_type, data = inline
     return {"inlineData": {"mimeType": media_type, "data": data}}
 
 

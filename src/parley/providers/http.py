@@ -6,10 +6,12 @@ carry provider keys) are never part of a message.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from urllib.parse import unquote_to_bytes
 
 import httpx
 import orjson
@@ -152,3 +154,27 @@ async def stream_events(
                 yield event
     except httpx.HTTPError as exc:
         raise transport_error(provider, exc) from exc
+
+
+async def listed_models(
+    config: ProviderSettings, check: Callable[[], Awaitable[list[str]]]
+) -> list[str]:
+    """``Provider.list_models``: the configured models, else what ``check`` asks the
+    upstream (nothing when it fails, or when ``list_upstream_models`` is off)."""
+    if config.models or not config.list_upstream_models:
+        return list(config.models)
+    try:
+        return await check()
+    except ProviderError:
+        return []
+
+
+def data_url(url: str) -> tuple[str, str] | None:
+    """(media type, base64 data) of a ``data:`` URL; None for any other URL."""
+    if not url.startswith("data:"):
+        return None
+    header, _, payload = url[len("data:") :].partition(",")
+    media_type, *params = header.split(";")
+    if "base64" in params:
+        return media_type, payload
+    return media_type, base64.b64encode(unquote_to_bytes(payload)).decode("ascii")

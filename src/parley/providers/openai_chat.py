@@ -37,6 +37,7 @@ from parley.messages import (
 from parley.providers.http import (
     error_from_response,
     fetch_models,
+    listed_models,
     provider_timeout,
     stream_events,
     transport_error,
@@ -199,12 +200,7 @@ class OpenAIChatProvider:
         yield Done(stop)
 
     async def list_models(self) -> list[str]:
-        if self._config.models or not self._config.list_upstream_models:
-            return list(self._config.models)
-        try:
-            return await self.check_models()
-        except ProviderError:
-            return []
+        return await listed_models(self._config, self.check_models)
 
     async def check_models(self) -> list[str]:
         """The upstream's models, asked now; a ProviderError says why not."""
