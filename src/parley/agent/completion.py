@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from parley.agent.model_call import CallPlan, ModelCall
+from parley.agent.model_call import CallPlan, ModelCall, StepEnd
 from parley.agent.repair import estimate_tokens
 from parley.agent.turn import TurnState
 from parley.interceptors.protocol import Purpose, TurnInfo
@@ -67,13 +67,15 @@ class Completer:
             turn=turn,
             purpose=purpose,
         )
+        answered_by = models[0].public_name
         async with aclosing(self._model_call.run(plan, state)) as events:
-            async for _ in events:
-                pass
+            async for event in events:
+                if isinstance(event, StepEnd):
+                    answered_by = event.model
         state.commit_step()
         return Completion(
             text=reply_text(state.parts()).strip(),
             usage=state.usage,
             cost_usd=state.cost_usd,
-            model=state.answered_by or models[0].public_name,
+            model=answered_by,
         )

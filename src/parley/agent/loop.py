@@ -1,23 +1,21 @@
 """The agent loop: one turn, as many model calls and tool steps as it takes.
 
-    while True:
-        stop = budget.check(turn)             # shutdown, iterations, no progress, time,
-        if stop: end the turn with it          #   tokens, cost
-        iteration += 1; status "thinking"
-        offered = tools.begin_iteration()     # housekeeping: the active-tool LRU
-        messages = repair(history + turn)     # the seven repair steps (history checked once)
-        stream the model call                 # through the interceptor chain;
-                                              #   retries, fallback, deadlines
-        decide on the stop reason:
-            end_turn / stop_sequence / max_tokens -> done
-            content_filtered                      -> done, with a safety message
-            tool_use with a client's tool         -> done: the client runs it
-            tool_use with server tools            -> loop check, approval policies
-                                                     (deny: an error result; ask: the
-                                                     call waits), run the rest at once,
-                                                     commit the step; a call waiting
-                                                     for approval pauses the turn;
-                                                     else repeat
+    next = RunAgain()                         # or Interruption, when a resume leaves
+    loop:                                     #   calls undecided
+        match next:
+            RunAgain:                         # a step (_step):
+                budget.check(turn)            #   shutdown, iterations, no progress, time,
+                                              #   tokens, cost: Stopped
+                stream the model call         #   repaired messages, the interceptor chain;
+                                              #   retries, fallback, deadlines (ModelCall)
+                triage(calls)                 #   client / run / ask / deny (outcomes.py)
+                no calls, or cut short        #   -> FinalOutput (a filter adds a note)
+                else act (_act):              #   the loop check (warn, then Stopped),
+                                              #   deny: an error result; ask: the call
+                                              #   waits (-> Interruption); run the rest at
+                                              #   once; the client's calls -> HandOff;
+                                              #   else RunAgain
+            FinalOutput / HandOff / Interruption / Stopped: end the turn (Done)
 
 The turn is one assistant message (``TurnState``). Server tools run here and show up in
 the stream as ``ToolStarted``/``ToolFinished``; a call to one of the client's tools ends
@@ -29,16 +27,34 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never, cast
 
 from parley.agent.budget import Budget
 from parley.agent.loop_detector import LoopDetector
-from parley.agent.model_call import CallPlan, ModelCall
+from parley.agent.model_call import CallPlan, ModelCall, StepEnd
+from parley.agent.outcomes import (
+    FinalOutput,
+    HandOff,
+    Interruption,
+    Next,
+    NextStep,
+    RunAgain,
+    Stopped,
+    Triage,
+    triage,
+)
 from parley.agent.repair import rules_for
 from parley.agent.tool_runner import ToolRunner
 from parley.agent.turn import Stop, TurnState
@@ -51,6 +67,7 @@ from parley.events import (
     Restart,
     Status,
     StepDone,
+    StopReason,
     TextDelta,
     ToolCallDelta,
     ToolFinished,
@@ -212,126 +229,174 @@ class AgentLoop:
     async def _run(
         self, request: AgentRequest, turn: TurnState, info: TurnInfo
     ) -> AsyncGenerator[Event]:
+        """The turn as a ``match`` over what each step leads to (``outcomes.py``)."""
+        run = self._start(request)
+        step: Next = RunAgain()
+        if request.resume is not None:
+            async for event in self._resume(request, turn, run, info):
+                yield event
+            pending = len(turn.pending_calls())  # decisions came for some calls only
+            step = Interruption(pending) if pending else RunAgain()
+        while True:
+            match step:
+                case RunAgain():
+                    stop = run.budget.check(turn)
+                    if stop is not None:
+                        step = Stopped(stop)
+                        continue
+                    async for out in self._step(request, turn, run, info):
+                        if isinstance(out, NextStep):
+                            step = cast(Next, out)
+                        else:
+                            yield out
+                    continue
+                case FinalOutput(reason=reason):
+                    pass
+                case HandOff(calls=calls, streamed=streamed):
+                    if not streamed:
+                        for index, call in enumerate(calls):
+                            yield ToolCallDelta(index, call.id, call.name, call.arguments)
+                    reason = "tool_use"
+                case Interruption(pending=pending):
+                    yield Status("awaiting_approval", str(pending))
+                    reason = "pending_approval"
+                case Stopped(stop=stop):
+                    for event in self._stop(turn, stop):
+                        yield event
+                    reason = "end_turn"
+                case _:
+                    assert_never(step)
+            break
+        turn.stop_reason = reason
+        yield UsageEvent(turn.usage)
+        yield Done(reason)
+
+    def _start(self, request: AgentRequest) -> _Run:
         settings = self._settings
-        budget = Budget(settings.agent, self._shutting_down)
-        passthrough = not request.server_tools
-        detector = LoopDetector.from_settings(settings.agent)
+        names = request.server_tools
+        if len(names) > settings.tools.warn_active:
+            log.warning("%d server tools in one request", len(names))
         active = ActiveTools(
-            list(request.server_tools),
-            pinned=[name for name in request.server_tools if self._is_pinned(request, name)],
+            list(names),
+            pinned=[name for name in names if self._is_pinned(request, name)],
             max_active=settings.tools.max_active,
             idle_iterations=settings.tools.idle_iterations,
         )
-        session = _Session(request, active, settings)
-        if len(request.server_tools) > settings.tools.warn_active:
-            log.warning("%d server tools in one request", len(request.server_tools))
-        shown = _Shown()
-        repair = TurnRepair(request.history, settings.agent.repair)  # the history, checked once
-        if request.resume is not None:
-            async for event in self._resume(request, turn, session, info):
-                yield event
-            if turn.pending_calls():  # decisions came for some calls only: still paused
-                turn.stop_reason = "pending_approval"
-                yield Status("awaiting_approval", str(len(turn.pending_calls())))
-                yield UsageEvent(turn.usage)
-                yield Done("pending_approval")
-                return
-        while True:
-            stop = budget.check(turn)
-            if stop is not None:
-                async for event in self._stop(turn, stop):
+        return _Run(
+            budget=Budget(settings.agent, self._shutting_down),
+            detector=LoopDetector.from_settings(settings.agent),
+            active=active,
+            session=_Session(request, active, settings),
+            shown=_Shown(),
+            repair=TurnRepair(request.history, settings.agent.repair),  # checked once
+            passthrough=not names,
+        )
+
+    async def _step(
+        self, request: AgentRequest, turn: TurnState, run: _Run, info: TurnInfo
+    ) -> AsyncGenerator[Event | NextStep]:
+        """One model call, then what its calls lead to (the last item)."""
+        run.budget.iterations += 1
+        iteration = run.budget.iterations
+        yield Status("thinking", str(iteration))
+        run.active.begin_iteration(iteration)
+        offered = run.session.offered = [] if run.passthrough else run.active.offered()
+        plan = self._plan(request, turn, offered, iteration, run.repair, info)
+        shown = run.shown
+        shown.begin_step(separate=turn.has_text)
+        end: StepEnd | None = None
+        async with aclosing(self._model_call.run(plan, turn)) as events:
+            async for event in events:
+                if event.__class__ is TextDelta and shown.plain:
+                    shown.count(event)  # the common case, once per chunk
                     yield event
-                break
-            budget.iterations += 1
-            yield Status("thinking", str(budget.iterations))
-            active.begin_iteration(budget.iterations)
-            offered = session.offered = active.offered() if not passthrough else []
-            plan = self._plan(request, turn, offered, budget.iterations, repair, info)
-            shown.begin_step(separate=turn.has_text)
-            async with aclosing(self._model_call.run(plan, turn)) as events:
-                async for event in events:
-                    if event.__class__ is TextDelta and shown.plain:
-                        shown.count(event)  # the common case, once per chunk
-                        yield event
-                        continue
-                    if isinstance(event, ToolCallDelta) and not passthrough:
-                        continue  # decided once the step's calls are complete
-                    for out in shown.pass_on(event):
+                elif isinstance(event, StepEnd):
+                    end = event
+                elif not isinstance(event, ToolCallDelta) or run.passthrough:
+                    for out in shown.pass_on(event):  # server calls wait for triage
                         yield out
-            calls = turn.step.tool_calls()
-            if turn.stop_reason == "tool_use" and not calls:
-                turn.stop_reason = "end_turn"  # nothing callable came: the reply is the answer
-            client_tools = request.client_tools
-            mine = [] if passthrough else [c for c in calls if c.name not in client_tools]
-            theirs = calls if passthrough else [c for c in calls if c.name in client_tools]
-            if turn.stop_reason != "tool_use":
-                # calls of a reply cut short (max_tokens, content filter) never run
-                for call in mine:
-                    turn.record(call.answered(ToolResult(NOT_RUN, is_error=True)))
+        assert end is not None
+        turn.answered_by = end.model
+        calls = triage(
+            turn.step.tool_calls(),
+            client_tools=request.client_tools,
+            policies=request.policies,
+            passthrough=run.passthrough,
+        )
+        if end.stop_reason != "tool_use" or not calls:
+            for ending in self._end_step(turn, run, calls, end.stop_reason):
+                yield ending
+            return
+        async for acted in self._act(request, turn, run, info, calls, offered):
+            yield acted
+
+    def _end_step(
+        self, turn: TurnState, run: _Run, calls: Triage, reason: StopReason
+    ) -> Iterator[Event | NextStep]:
+        """The step's reply is the turn's answer: the calls of a reply cut short (cap,
+        content filter) never run."""
+        for call in calls.server:
+            turn.record(call.answered(ToolResult(NOT_RUN, is_error=True)))
+        turn.commit_step()
+        if reason == "content_filtered":
+            yield from run.shown.pass_on(TextDelta(CONTENT_FILTERED), note=True)
+            turn.add_text(CONTENT_FILTERED)
+        yield FinalOutput("end_turn" if reason == "tool_use" else reason)
+
+    async def _act(
+        self,
+        request: AgentRequest,
+        turn: TurnState,
+        run: _Run,
+        info: TurnInfo,
+        calls: Triage,
+        offered: list[str],
+    ) -> AsyncGenerator[Event | NextStep]:
+        """The step's calls: the loop check, then the policies (deny: an error result;
+        ask: the call waits), then the rest run at once; the step is committed."""
+        if calls.server and run.detector.observe([(c.name, c.arguments) for c in calls.server]):
+            # checked before execution: none of the step's calls runs
+            last = run.detector.fired >= 2
+            text = LOOP_STOP.message if last else LOOP_WARNING
+            for call in [*calls.server, *(calls.client if last else ())]:
+                for event in _answer(turn, call.answered(ToolResult(text, is_error=True))):
+                    yield event
+            if last:
                 turn.commit_step()
-                if turn.stop_reason == "content_filtered":
-                    for out in shown.pass_on(TextDelta(CONTENT_FILTERED), note=True):
-                        yield out
-                    turn.add_text(CONTENT_FILTERED)
-                break
-            if mine and detector.observe([(c.name, c.arguments) for c in mine]):
-                # checked before execution: none of the step's calls runs
-                last = detector.fired >= 2
-                text = LOOP_STOP.message if last else LOOP_WARNING
-                for call in [*mine, *(theirs if last else ())]:
-                    turn.record(call.answered(ToolResult(text, is_error=True)))
-                    yield ToolStarted(call.id, call.name, call.arguments)
-                    yield ToolFinished(call.id, call.name, call.arguments, text, True, 0.0)
-                if last:
-                    turn.commit_step()
-                    async for event in self._stop(turn, LOOP_STOP):
-                        yield event
-                    break
-            elif mine:
-                waiting = False
-                for call, policy in [(c, request.policies.get(c.name, "auto")) for c in mine]:
-                    if policy == "ask":
-                        turn.record(call.with_approval("pending", asked_at=time.time()))
-                        waiting = True
-                    elif policy == "deny":
-                        text = DENIED_BY_POLICY.format(name=call.name)
-                        turn.record(call.with_approval("denied", ToolResult(text, True), "policy"))
-                        yield ToolStarted(call.id, call.name, call.arguments)
-                        yield ToolFinished(call.id, call.name, call.arguments, text, True, 0.0)
-                allowed = [c for c in mine if request.policies.get(c.name, "auto") == "auto"]
-                tools = self._runner.run(
-                    allowed,
-                    offered,
-                    partial(self._context, request, session),
-                    turn.record,
-                    info,
-                    request.tools,
-                )
-                async with aclosing(tools):
-                    async for event in tools:
-                        yield event
-                active.used([c.name for c in allowed])
-                if waiting:
-                    # the client's calls of this step are not handed out: the turn pauses
-                    # here, and resumes on the server; the model may call them again
-                    for call in theirs:
-                        turn.record(call.answered(ToolResult(CLIENT_CALL_DEFERRED, True)))
-                    turn.commit_step()
-                    turn.stop_reason = "pending_approval"
-                    yield Status("awaiting_approval", str(len(turn.pending_calls())))
-                    break
-            turn.commit_step()
-            if theirs:
-                if not passthrough:
-                    for index, call in enumerate(theirs):
-                        yield ToolCallDelta(index, call.id, call.name, call.arguments)
-                break
-            yield StepDone(budget.iterations)
-        yield UsageEvent(turn.usage)
-        yield Done(turn.stop_reason or "end_turn")
+                yield Stopped(LOOP_STOP)
+                return
+        elif calls.server:
+            for call in calls.ask:
+                turn.record(call.with_approval("pending", asked_at=time.time()))
+            for call in calls.deny:
+                result = ToolResult(DENIED_BY_POLICY.format(name=call.name), is_error=True)
+                for event in _answer(turn, call.with_approval("denied", result, "policy")):
+                    yield event
+            context = partial(self._context, request, run.session)
+            tools = self._runner.run(
+                list(calls.run), offered, context, turn.record, info, request.tools
+            )
+            async with aclosing(tools):
+                async for event in tools:
+                    yield event
+            run.active.used([c.name for c in calls.run])
+            if calls.ask:
+                # the client's calls of this step are not handed out: the turn pauses
+                # here, and resumes on the server; the model may call them again
+                for call in calls.client:
+                    turn.record(call.answered(ToolResult(CLIENT_CALL_DEFERRED, True)))
+                turn.commit_step()
+                yield Interruption(len(turn.pending_calls()))
+                return
+        turn.commit_step()
+        if calls.client:
+            yield HandOff(calls.client, streamed=run.passthrough)
+            return
+        yield StepDone(run.budget.iterations)
+        yield RunAgain()
 
     async def _resume(
-        self, request: AgentRequest, turn: TurnState, session: _Session, info: TurnInfo
+        self, request: AgentRequest, turn: TurnState, run: _Run, info: TurnInfo
     ) -> AsyncIterator[Event]:
         """Carry on a turn paused for approval: the approved calls run first (each once:
         the service saved their approval before the turn resumed)."""
@@ -339,25 +404,18 @@ class AgentLoop:
         assert resume is not None
         turn.resume(resume.parts, resume.usage, resume.cost_usd)
         for part in resume.parts:  # what the decisions made of the other calls
-            result = part.result if isinstance(part, ToolCallPart) else None
             if (
                 isinstance(part, ToolCallPart)
-                and result is not None
-                and part.approval
-                in (
-                    "denied",
-                    "answered",
-                )
+                and part.result is not None
+                and part.approval in ("denied", "answered")
             ):
                 yield ToolStarted(part.id, part.name, part.arguments)
-                yield ToolFinished(
-                    part.id, part.name, part.arguments, result.content, result.is_error, 0.0
-                )
+                yield _finished(part, part.result)
         if resume.approved:
             tools = self._runner.run(
                 list(resume.approved),
                 request.server_tools,
-                partial(self._context, request, session),
+                partial(self._context, request, run.session),
                 turn.settle,
                 info,
                 request.tools,
@@ -367,14 +425,12 @@ class AgentLoop:
                     yield event
         yield StepDone(0)
 
-    async def _stop(self, turn: TurnState, stop: Stop) -> AsyncIterator[Event]:
+    def _stop(self, turn: TurnState, stop: Stop) -> list[Event]:
         turn.stop = stop
-        turn.stop_reason = "end_turn"
         note = f"[{stop.message}]"
         text = STEP_SEPARATOR + note if turn.has_text else note
         turn.add_text(note)
-        yield Status("stopped", stop.message)
-        yield TextDelta(text)
+        return [Status("stopped", stop.message), TextDelta(text)]
 
     def _plan(
         self,
@@ -445,6 +501,32 @@ class AgentLoop:
     def _is_pinned(self, request: AgentRequest, name: str) -> bool:
         tool = (request.tools or self._tools).get(name)
         return name in self._settings.tools.pinned_tools or bool(tool and tool.pinned)
+
+
+def _answer(turn: TurnState, call: ToolCallPart) -> list[Event]:
+    """A call answered without running (refused, or stopped as a loop), shown to the
+    client as a tool that ran."""
+    turn.record(call)
+    assert call.result is not None
+    return [ToolStarted(call.id, call.name, call.arguments), _finished(call, call.result)]
+
+
+def _finished(call: ToolCallPart, result: ToolResult) -> ToolFinished:
+    return ToolFinished(call.id, call.name, call.arguments, result.content, result.is_error, 0.0)
+
+
+@dataclass(slots=True)
+class _Run:
+    """What the loop keeps for one turn besides the turn itself."""
+
+    budget: Budget
+    detector: LoopDetector
+    active: ActiveTools
+    session: _Session
+    shown: _Shown
+    repair: TurnRepair
+    passthrough: bool
+    """No server tools: one model call whose tool-call fragments stream as they come."""
 
 
 def _turn_end(info: TurnInfo, turn: TurnState, error: ParleyError | None) -> TurnEnd:

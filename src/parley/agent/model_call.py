@@ -33,10 +33,18 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from parley.agent.stream import ThinkTagReader
+from parley.agent.stream import StreamAccumulator, ThinkTagReader
 from parley.agent.turn import TurnState
 from parley.errors import ProviderError
-from parley.events import Done, Event, ReasoningDelta, Restart, TextDelta, ToolCallDelta
+from parley.events import (
+    Done,
+    Event,
+    ReasoningDelta,
+    Restart,
+    StopReason,
+    TextDelta,
+    ToolCallDelta,
+)
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, Purpose, TurnInfo
 from parley.providers.pricing import PriceCatalog
@@ -175,6 +183,58 @@ def _falls_back(error: ProviderError) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StepEnd:
+    """How a model step ended: the reply's stop reason and the model that gave it
+    (a fallback, maybe). The last item of ``ModelCall.run``."""
+
+    stop_reason: StopReason
+    model: str
+    """The model's public name."""
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What a streaming client has been shown of the step, which decides whether a
+    failure may still be retried."""
+
+    answered: bool = False
+    """Answer text or a tool call of this attempt reached the client."""
+    reasoning_shown: bool = False
+    """Reasoning reached the client (its 200 has been sent)."""
+
+    def saw(self, event: Event, plan: CallPlan) -> None:
+        if not plan.incremental:
+            return
+        if isinstance(event, TextDelta) or (
+            plan.forwards_tool_calls and isinstance(event, ToolCallDelta)
+        ):
+            self.answered = True  # reasoning alone does not block a retry
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning_shown = True
+
+
+def _pieces(raw: Event, think: ThinkTagReader) -> list[Event]:
+    """``raw`` with ``<think>`` text split out as reasoning (the reader's rest before
+    ``Done``)."""
+    if isinstance(raw, TextDelta):
+        return [*think.feed(raw.text)]
+    if isinstance(raw, Done):
+        return [*think.flush(), raw]
+    return [raw]
+
+
+def _check_not_empty(step: StreamAccumulator, model: ResolvedModel) -> None:
+    # one cut by max_tokens is an answer (hidden reasoning may have used the budget)
+    if not step.has_output and step.stop_reason not in ("content_filtered", "max_tokens"):
+        raise EmptyReply(
+            "the model returned an empty reply",
+            provider=model.provider.name,
+            retryable=True,
+            code="empty_reply",
+        )
+
+
 class ModelCall:
     """Runs one step's model call with retries and fallbacks, feeding ``turn.step``."""
 
@@ -190,102 +250,31 @@ class ModelCall:
         self._chain = chain
         self._sleep = sleep
 
-    async def run(self, plan: CallPlan, turn: TurnState) -> AsyncGenerator[Event]:
-        """Yield the step's events (normalised by the stream reader); raise on failure."""
-        settings = self._settings
+    async def run(self, plan: CallPlan, turn: TurnState) -> AsyncGenerator[Event | StepEnd]:
+        """The step's events (normalised by the stream reader), then its ``StepEnd``;
+        raises when every attempt failed."""
+        progress = _Progress()
         attempt = 0
         last_error: ProviderError | None = None
-        shown = False  # reasoning reached a streaming client: its 200 has been sent
-        # (answer text or a tool call reaching it ends the retries anyway: ``answered``)
         for position, model in enumerate(plan.models):
             if position:
-                assert last_error is not None
                 attempt += 1
                 yield Restart("fallback", attempt, model.public_name, 0.0)
-            pauses = [*settings.retry_backoff_seconds, None]
-            for pause in pauses:
-                step = turn.begin_step()
-                answered = False  # answer text or a tool call reached the client
-                request = plan.request_for(model)
-                call = CallInfo(
-                    "model",
-                    model.public_name,
-                    plan.turn,
-                    purpose=plan.purpose,
-                    attempt=attempt,
-                    provider=model.provider.name,
-                    upstream_model=model.model,
-                )
+            for pause in [*self._settings.retry_backoff_seconds, None]:
+                progress.answered = False
                 try:
-                    events = self._chain.stream(call, request, partial(self._open, model, plan))
-                    think = ThinkTagReader()
-                    async with contextlib.aclosing(events):
-                        async for raw in events:
-                            if raw.__class__ is TextDelta and think.passes_through:
-                                step.apply(raw)  # the common case, once per chunk
-                                answered = answered or plan.incremental
-                                yield raw
-                                continue
-                            if isinstance(raw, TextDelta):
-                                pieces: list[Event] = [*think.feed(raw.text)]
-                            elif isinstance(raw, Done):
-                                pieces = [*think.flush(), raw]
-                            elif isinstance(raw, Restart):  # an interceptor rewrote the reply
-                                step = turn.begin_step()
-                                think = ThinkTagReader()
-                                yield raw
-                                continue
-                            else:
-                                pieces = [raw]
-                            finished = False
-                            for piece in pieces:
-                                event = step.apply(piece)
-                                if isinstance(event, Done):
-                                    finished = True
-                                    break
-                                if plan.incremental and (
-                                    isinstance(event, TextDelta)
-                                    or (
-                                        plan.forwards_tool_calls
-                                        and isinstance(event, ToolCallDelta)
-                                    )
-                                ):
-                                    answered = True  # reasoning alone does not block a retry
-                                elif plan.incremental and isinstance(event, ReasoningDelta):
-                                    shown = True
-                                yield event
-                            if finished:
-                                break
-                        else:
-                            raise ProviderError(
-                                "upstream stream ended without finishing",
-                                provider=model.provider.name,
-                                code="upstream_incomplete",
-                            )
-                    if not step.has_output and step.stop_reason not in (
-                        "content_filtered",
-                        "max_tokens",  # e.g. hidden reasoning used the whole output budget
-                    ):
-                        raise EmptyReply(
-                            "the model returned an empty reply",
-                            provider=model.provider.name,
-                            retryable=True,
-                            code="empty_reply",
-                        )
+                    attempt_events = self._attempt(plan, model, attempt, turn, progress)
+                    async with contextlib.aclosing(attempt_events) as events:
+                        async for event in events:
+                            yield event
                 except ProviderError as exc:
                     self._count(turn, model)
-                    if answered or (not exc.retryable and not _falls_back(exc)):
+                    if progress.answered or (not exc.retryable and not _falls_back(exc)):
                         raise
                     last_error = exc
-                    if not exc.retryable:
-                        break  # straight to the fallback
-                    if pause is None or (plan.client_retries and not shown):
-                        break  # the next model (the client retries the request itself)
-                    delay = pause * random.uniform(1.0, 1.25)
-                    if exc.retry_after is not None:
-                        if exc.retry_after > settings.max_retry_after_seconds:
-                            break
-                        delay = max(delay, exc.retry_after)
+                    delay = self._retry_delay(exc, pause, plan, progress)
+                    if delay is None:
+                        break  # the next model
                     attempt += 1
                     yield Restart(exc.code or "retry", attempt, model.public_name, delay)
                     await self._sleep(delay)
@@ -294,11 +283,73 @@ class ModelCall:
                     self._count(turn, model)
                     raise
                 self._count(turn, model)
-                turn.stop_reason = step.stop_reason
-                turn.answered_by = model.public_name
+                assert turn.step.stop_reason is not None
+                yield StepEnd(turn.step.stop_reason, model.public_name)
                 return
         assert last_error is not None
         raise last_error
+
+    def _retry_delay(
+        self, exc: ProviderError, pause: float | None, plan: CallPlan, progress: _Progress
+    ) -> float | None:
+        """How long to wait before trying the same model again (None: do not)."""
+        if not exc.retryable or pause is None:
+            return None  # straight to the fallback
+        if plan.client_retries and not progress.reasoning_shown:
+            return None  # the client retries the request itself
+        delay = pause * random.uniform(1.0, 1.25)
+        if exc.retry_after is not None:
+            if exc.retry_after > self._settings.max_retry_after_seconds:
+                return None
+            delay = max(delay, exc.retry_after)
+        return delay
+
+    async def _attempt(
+        self,
+        plan: CallPlan,
+        model: ResolvedModel,
+        attempt: int,
+        turn: TurnState,
+        progress: _Progress,
+    ) -> AsyncGenerator[Event]:
+        """One attempt's events into ``turn.step``, up to its ``Done`` (not passed on)."""
+        step = turn.begin_step()
+        call = CallInfo(
+            "model",
+            model.public_name,
+            plan.turn,
+            purpose=plan.purpose,
+            attempt=attempt,
+            provider=model.provider.name,
+            upstream_model=model.model,
+        )
+        request = plan.request_for(model)
+        events = self._chain.stream(call, request, partial(self._open, model, plan))
+        think = ThinkTagReader()
+        async with contextlib.aclosing(events):
+            async for raw in events:
+                if raw.__class__ is TextDelta and think.passes_through:
+                    step.apply(raw)  # the common case, once per chunk
+                    progress.answered = progress.answered or plan.incremental
+                    yield raw
+                    continue
+                if isinstance(raw, Restart):  # an interceptor rewrote the reply
+                    step = turn.begin_step()
+                    think = ThinkTagReader()
+                    yield raw
+                    continue
+                for piece in _pieces(raw, think):
+                    event = step.apply(piece)
+                    if isinstance(event, Done):
+                        _check_not_empty(step, model)
+                        return
+                    progress.saw(event, plan)
+                    yield event
+        raise ProviderError(
+            "upstream stream ended without finishing",
+            provider=model.provider.name,
+            code="upstream_incomplete",
+        )
 
     def _open(
         self, model: ResolvedModel, plan: CallPlan, request: ModelRequest
