@@ -27,7 +27,7 @@ from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.providers.scripted import ScriptedProvider
 from parley.settings import ProviderSettings, Settings
 from parley.store.database import Database
-from parley.store.repository import ConversationStore, NewMessage, StoredMessage
+from parley.store.repository import ConversationStore, NewMessage, NewTurn, StoredMessage
 from parley.store.summaries import SummaryStore
 from parley.tools.registry import ToolRegistry
 from parley.transforms.prompt import TOOLS_UNAVAILABLE_NOTE
@@ -137,7 +137,7 @@ async def make_conversation(
     ]
     if first is not None:
         rows.insert(0, NewMessage(new_id("msg"), first[0], (TextPart(first[1]),)))
-    await world.store.start_turn(OWNER, cid, rows, create=True)
+    await world.store.start_turn(NewTurn(OWNER, cid, rows, create=True))
     return cid, await world.store.branch(OWNER, cid)
 
 
@@ -212,13 +212,15 @@ async def test_the_next_turn_reuses_the_summary_without_a_model_call(world: Worl
 
     # the turn is saved with a reply; the next turn reuses the summary
     await world.store.start_turn(
-        OWNER,
-        cid,
-        [
-            NewMessage(new_id("msg"), "user", (TextPart("And now?"),)),
-            NewMessage(new_id("msg"), "assistant", (TextPart("Now this."),)),
-        ],
-        create=False,
+        NewTurn(
+            OWNER,
+            cid,
+            [
+                NewMessage(new_id("msg"), "user", (TextPart("And now?"),)),
+                NewMessage(new_id("msg"), "assistant", (TextPart("Now this."),)),
+            ],
+            create=False,
+        )
     )
     second = await world.build(cid, [text_message("user", "And then?")])
     assert second.summary is not None
@@ -237,7 +239,7 @@ async def test_an_edit_or_switch_of_a_covered_message_stops_the_summary(world: W
 
     # a new version of the first user message: a new, short branch
     edited = NewMessage(new_id("msg"), "user", (TextPart("An edited start"),))
-    await world.store.start_turn(OWNER, cid, [edited], create=False, root=True)
+    await world.store.start_turn(NewTurn(OWNER, cid, [edited], create=False, root=True))
     outgoing = await world.build(cid)
     assert outgoing.summary is None
     assert texts(outgoing) == ["An edited start", "And now?"]
@@ -276,7 +278,7 @@ async def test_a_failed_summary_keeps_the_previous_one(world: World) -> None:
         NewMessage(new_id("msg"), "user" if i % 2 == 0 else "assistant", (TextPart(long_text(i)),))
         for i in range(8, 14)
     ]
-    await world.store.start_turn(OWNER, cid, more, create=False)
+    await world.store.start_turn(NewTurn(OWNER, cid, more, create=False))
     world.provider.queue(ProviderError("down", provider="scripted", upstream_status=400))
     outgoing = await world.build(cid)
     assert outgoing.summary is not None
@@ -291,7 +293,7 @@ async def test_a_branch_changed_while_summarising_drops_the_record(world: World)
 
     async def edit() -> None:
         other = NewMessage(new_id("msg"), "user", (TextPart("meanwhile"),))
-        await world.store.start_turn(OWNER, cid, [other], create=False, root=True)
+        await world.store.start_turn(NewTurn(OWNER, cid, [other], create=False, root=True))
 
     world.provider.before = edit
     world.provider.say("A summary of a branch that is gone.")
@@ -374,7 +376,7 @@ async def test_failed_replies_are_not_sent(world: World) -> None:
         NewMessage(new_id("msg"), "user", (TextPart("hi"),)),
         NewMessage(new_id("msg"), "assistant", (), status="failed"),
     ]
-    await world.store.start_turn(OWNER, cid, rows, create=True)
+    await world.store.start_turn(NewTurn(OWNER, cid, rows, create=True))
     outgoing = await world.build(cid, [text_message("user", "hi")])
     assert [(m.role, m.text) for m in outgoing.messages] == [("user", "hi"), ("user", "hi")]
 
@@ -415,7 +417,7 @@ async def test_compact_refusals(world: World) -> None:
 
     async def edit() -> None:
         other = NewMessage(new_id("msg"), "user", (TextPart("meanwhile"),))
-        await world.store.start_turn(OWNER, cid, [other], create=False, root=True)
+        await world.store.start_turn(NewTurn(OWNER, cid, [other], create=False, root=True))
 
     world.provider.before = edit
     world.provider.say("Too late.")

@@ -43,7 +43,7 @@ from parley.providers.scripted import ScriptedProvider, Step
 from parley.settings import Settings
 from parley.store.database import Database
 from parley.store.meta import ConversationMeta
-from parley.store.repository import ConversationStore, NewMessage
+from parley.store.repository import ConversationStore, NewMessage, NewTurn
 from parley.store.schema import conversations
 
 pytestmark = pytest.mark.anyio
@@ -154,7 +154,7 @@ async def make_conversation(
         ]
     cid = new_id("conv")
     rows = [NewMessage(new_id("msg"), role, parts) for role, parts in messages]
-    await world.store.start_turn(OWNER, cid, rows, create=True)
+    await world.store.start_turn(NewTurn(OWNER, cid, rows, create=True))
     if title is not None:
         await world.meta.set_title(OWNER, cid, title)
     return cid, rows[-1].id
@@ -178,7 +178,7 @@ async def stored_meta(world: World, cid: str) -> object:
 
 async def add_user_message(world: World, cid: str, text: str = "and then?") -> str:
     message = NewMessage(new_id("msg"), "user", (TextPart(text),))
-    await world.store.start_turn(OWNER, cid, [message], create=False)
+    await world.store.start_turn(NewTurn(OWNER, cid, [message], create=False))
     return message.id
 
 

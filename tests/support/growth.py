@@ -15,15 +15,18 @@ def growth(
     prepare: Callable[[int], T], run: Callable[[T], object], n: int, factor: int = 4
 ) -> float:
     """How many times longer ``run`` takes on ``prepare(n * factor)`` than on
-    ``prepare(n)`` (the best of three each, ``prepare`` untimed): about ``factor`` when
-    the work is linear, ``factor ** 2`` when it is quadratic."""
-    return _best(prepare(n * factor), run) / _best(prepare(n), run)
+    ``prepare(n)``: about ``factor`` when the work is linear, ``factor ** 2`` when it is
+    quadratic. Each size runs five times, the two interleaved (so that a busy spell of
+    the machine lands on both), and the best time of each counts; ``prepare`` is untimed."""
+    small, large = prepare(n), prepare(n * factor)
+    best_small = best_large = float("inf")
+    for _ in range(5):
+        best_small = min(best_small, _time(small, run))
+        best_large = min(best_large, _time(large, run))
+    return best_large / best_small
 
 
-def _best(work: T, run: Callable[[T], object]) -> float:
-    times = []
-    for _ in range(3):
-        started = time.perf_counter()
-        run(work)
-        times.append(time.perf_counter() - started)
-    return min(times)
+def _time(work: T, run: Callable[[T], object]) -> float:
+    started = time.perf_counter()
+    run(work)
+    return time.perf_counter() - started

@@ -15,7 +15,7 @@ import pytest
 from parley.messages import ReasoningPart, TextPart, ToolCallPart, ToolResult
 from parley.settings import Settings
 from parley.store.database import Database
-from parley.store.repository import ConversationStore, NewMessage
+from parley.store.repository import ConversationStore, NewMessage, NewTurn
 from parley.tools.builtins.session import (
     activate_tools,
     conversation_search,
@@ -60,11 +60,13 @@ async def say(
 ) -> None:
     """Write (id, role, text) messages as one turn."""
     await store.start_turn(
-        owner,
-        conversation_id,
-        [NewMessage(mid, role, (TextPart(text),)) for mid, role, text in messages],  # type: ignore[arg-type]
-        create=create,
-        title=title,
+        NewTurn(
+            owner,
+            conversation_id,
+            [NewMessage(mid, role, (TextPart(text),)) for mid, role, text in messages],  # type: ignore[arg-type]
+            create=create,
+            title=title,
+        )
     )
 
 
@@ -207,25 +209,27 @@ async def test_search_skips_system_failed_streaming_and_non_text_parts(
     store: ConversationStore, tmp_path: Path
 ) -> None:
     await store.start_turn(
-        "alice",
-        "conv_a",
-        [
-            NewMessage("sys", "system", (TextPart("needle in the system prompt"),)),
-            NewMessage("ok", "user", (TextPart("a needle here"),)),
-            NewMessage("fail", "assistant", (TextPart("needle"),), status="failed"),
-            NewMessage("live", "assistant", (TextPart("needle"),), status="streaming"),
-            NewMessage("cut", "assistant", (TextPart("needle, cut"),), status="interrupted"),
-            NewMessage("part", "assistant", (TextPart("needle, partly"),), status="incomplete"),
-            NewMessage(
-                "tool",
-                "assistant",
-                (
-                    ReasoningPart("thinking about a needle"),
-                    ToolCallPart("c1", "needle_tool", '{"q": "needle"}', ToolResult("needle")),
+        NewTurn(
+            "alice",
+            "conv_a",
+            [
+                NewMessage("sys", "system", (TextPart("needle in the system prompt"),)),
+                NewMessage("ok", "user", (TextPart("a needle here"),)),
+                NewMessage("fail", "assistant", (TextPart("needle"),), status="failed"),
+                NewMessage("live", "assistant", (TextPart("needle"),), status="streaming"),
+                NewMessage("cut", "assistant", (TextPart("needle, cut"),), status="interrupted"),
+                NewMessage("part", "assistant", (TextPart("needle, partly"),), status="incomplete"),
+                NewMessage(
+                    "tool",
+                    "assistant",
+                    (
+                        ReasoningPart("thinking about a needle"),
+                        ToolCallPart("c1", "needle_tool", '{"q": "needle"}', ToolResult("needle")),
+                    ),
                 ),
-            ),
-        ],
-        create=True,
+            ],
+            create=True,
+        )
     )
     context = make_context(tmp_path, store=store)
     assert [r["message_id"] for r in await search(context, "needle")] == ["part", "cut", "ok"]

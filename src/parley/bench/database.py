@@ -35,7 +35,7 @@ from parley.events import (
 )
 from parley.ids import new_id
 from parley.messages import Part, TextPart, ToolCallPart, ToolResult
-from parley.store.repository import ConversationStore, NewMessage
+from parley.store.repository import ConversationStore, NewMessage, NewTurn
 
 # --- figure 10 ------------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ async def _history_level(
     # Every turn continues a conversation of exactly ``length`` messages of its own.
     conversations = [new_id("conv") for _ in range(turns + 1)]
     for conversation_id in conversations:
-        await eng.store.start_turn(OWNER, conversation_id, _history(length), create=True)
+        await eng.store.start_turn(NewTurn(OWNER, conversation_id, _history(length), create=True))
     script(eng, steps=steps, tools=1, tool_ms=0.0, tokens=5)  # warm up
     await run_turn(eng, conversations.pop(), expect_tools=steps)
     reads: list[float] = []
@@ -122,10 +122,11 @@ async def _isolated_writes(
     reply = new_id("msg")
     question = NewMessage(new_id("msg"), "user", (TextPart("Please do the work."),))
     await eng.store.start_turn(
-        OWNER,
-        conversation_id,
-        [question, NewMessage(reply, "assistant", (), status="streaming", model="agent")],
-        create=False,
+        NewTurn(
+            OWNER,
+            conversation_id,
+            [question, NewMessage(reply, "assistant", (), status="streaming", model="agent")],
+        )
     )
     parts = tuple(
         ToolCallPart(f"call_i{n}", TOOL, f'{{"ms": 0, "n": {n}}}', ToolResult(f"done {n}"))
@@ -153,7 +154,7 @@ async def _tokens_check(
 ) -> dict[str, Any]:
     """Writes per turn with a final answer of few vs many deltas, then paced."""
     conversation_id = new_id("conv")
-    await eng.store.start_turn(OWNER, conversation_id, _history(10), create=True)
+    await eng.store.start_turn(NewTurn(OWNER, conversation_id, _history(10), create=True))
     out: dict[str, Any] = {}
     for label, count, pace in (
         ("few", 5, 0.0),

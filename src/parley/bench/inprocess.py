@@ -50,7 +50,7 @@ from parley.providers.registry import ProviderRegistry
 from parley.providers.scripted import ScriptedProvider, Step
 from parley.settings import ModelAlias, ProviderSettings, Settings
 from parley.store.database import Database
-from parley.store.repository import ConversationStore
+from parley.store.repository import ConversationStore, NewTurn
 from parley.tools.function import function_tool
 from parley.tools.registry import ToolRegistry
 
@@ -151,9 +151,9 @@ class InstrumentedStore(ConversationStore):
         super().__init__(database)
         self.recorder = recorder
 
-    async def start_turn(self, *args: Any, **kwargs: Any) -> None:
+    async def start_turn(self, turn: NewTurn) -> None:
         with self.recorder.writing("start"):
-            await super().start_turn(*args, **kwargs)
+            await super().start_turn(turn)
 
     async def checkpoint(self, message_id: str, parts: tuple[Part, ...]) -> None:
         # Who asked: Generation._commit_step (a finished step) or _save_checkpoint (the

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -45,7 +45,7 @@ from parley.messages import MessageStatus, Part, ToolCallPart, ToolResult
 from parley.patterns import Budget
 from parley.providers.registry import ResolvedModel
 from parley.store.citations import CitationStore
-from parley.store.repository import ConversationStore, NewMessage
+from parley.store.repository import ConversationStore, NewTurn
 from parley.transforms.output import RegexRule
 
 log = logging.getLogger(__name__)
@@ -58,22 +58,12 @@ FINISH_RETRY_PAUSES = (0.1, 0.5, 2.0, 0.0)
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """What to write when the generation starts (``None`` when the request is not stored)."""
+    """What to write when the generation starts (``None`` when the request is not stored):
+    the turn's new rows, or the paused reply it carries on."""
 
     owner: str
-    new_messages: list[NewMessage]
-    create: bool
-    title: str | None
-    update_parts: dict[str, tuple[Part, ...]]
-    parent_id: str | None = None
-    root: bool = False
-    """The new messages start a new version of the first position."""
-    copy_after: tuple[str, ...] = ()
-    """Messages copied after the new ones (a regenerated reply keeps what followed)."""
-    settle: str | None = None
-    """A reply paused for approval that this turn leaves behind (it becomes complete)."""
-    meta: dict[str, str] | None = None
-    """Kept with a conversation being created (the assistant it was started with)."""
+    rows: NewTurn | None = None
+    """The turn's new messages (None: it resumes a paused reply)."""
     resume: tuple[Part, ...] | None = None
     """Carrying on the paused reply ``message_id``: its parts with the decisions applied
     (nothing new is inserted)."""
@@ -97,6 +87,35 @@ class Origin(Enum):
     usage, audit), but the client keeps its own history and comes back by no id."""
 
 
+@dataclass(frozen=True, slots=True)
+class GenerationSpec:
+    """Everything a generation is made from, fixed before it starts."""
+
+    request: AgentRequest
+    record: TurnRecord | None
+    """What to write when it starts (None: the request is not stored)."""
+    origin: Origin = Origin.NAMED
+    prior_cost_usd: float = 0.0
+    """What the conversation's earlier replies on this branch cost."""
+    shape: Callable[[], Awaitable[Outgoing]] | None = None
+    """Shapes the history the model is sent, when the task runs (None: as it is)."""
+    citations: Citations = field(default_factory=Citations)
+    """The knowledge the reply was given to cite (context first, then tools)."""
+    finisher: Finisher | None = None
+    """The finish transforms (storage rules, inline images), when any apply."""
+    rules: tuple[RegexRule, ...] = ()
+    """The assistant's regex rules: the stream shows the reply as storage and display
+    rules make it (display-only ones are never stored)."""
+    rule_budget: Budget | None = None
+    """The time the rules may take over the turn (shared with its user messages')."""
+    ignored_params: tuple[str, ...] = ()
+    """Advisory request fields its model's provider has no use for (the response names
+    them)."""
+    titles: bool = True
+    """Whether a title may be written after it (the assistant's choice)."""
+    suggestions: bool = True
+
+
 class _ClientGone(Exception):
     pass
 
@@ -110,20 +129,16 @@ CLIENT_LEFT = ParleyError(
 class Generation:
     def __init__(
         self,
+        spec: GenerationSpec,
         *,
         store: ConversationStore,
         agent: AgentLoop,
-        request: AgentRequest,
-        record: TurnRecord | None,
         checkpoint_seconds: float,
-        prior_cost_usd: float = 0.0,
-        shape: Callable[[], Awaitable[Outgoing]] | None = None,
-        citations: Citations | None = None,
         citation_store: CitationStore | None = None,
-        origin: Origin = Origin.NAMED,
     ) -> None:
+        request = spec.request
         self.conversation_id = request.conversation_id
-        self.origin = origin
+        self.origin = spec.origin
         """Whether the client named the conversation (``Origin``)."""
         self.message_id = request.message_id
         self.key_id = request.caller.key_id if request.caller is not None else None
@@ -131,33 +146,24 @@ class Generation:
         self.model: ResolvedModel = request.models[0]
         self.created = int(time.time())
         self.turn = TurnState()
-        self.prior_cost_usd = prior_cost_usd
-        """What the conversation's earlier replies on this branch cost."""
+        self.prior_cost_usd = spec.prior_cost_usd
         self.status: MessageStatus = "streaming"
-        self.finisher: Finisher | None = None
-        """The finish transforms (storage rules, inline images), when any apply."""
-        self.rules: tuple[RegexRule, ...] = ()
-        """The assistant's regex rules: the stream shows the reply as storage and display
-        rules make it (display-only ones are never stored)."""
-        self.rule_budget: Budget | None = None
-        """The time the rules may take over the turn (shared with its user messages')."""
+        self.finisher = spec.finisher
+        self.rules = spec.rules
+        self.rule_budget = spec.rule_budget
         self.notes: tuple[str, ...] = ()
         """What shaping the request could not do (no OCR for images, a failed summary):
         told to the client in ``parley.notes``."""
-        self.citations = citations if citations is not None else Citations()
-        """The knowledge this reply was given to cite (context first, then tools)."""
+        self.citations = spec.citations
         self._citation_store = citation_store
-        self.titles = True
-        """Whether a title may be written after it (the assistant's choice)."""
-        self.suggestions = True
-        self.ignored_params: tuple[str, ...] = ()
-        """Advisory request fields its model's provider has no use for (the response
-        names them)."""
+        self.titles = spec.titles
+        self.suggestions = spec.suggestions
+        self.ignored_params = spec.ignored_params
+        record, shape = spec.record, spec.shape
         self._store = store
         self._agent = agent
         self._request = request
         self._shape = shape
-        """Shapes the history the model is sent, when the task runs (None: as it is)."""
         self._record = record
         self._checkpoint_seconds = checkpoint_seconds
         self._sink: Sink | None = None
@@ -392,19 +398,8 @@ class Generation:
             if record.resume is not None:
                 await self._resume_turn(record.owner, self.conversation_id, record.resume)
                 return
-            await self._store.start_turn(
-                record.owner,
-                self.conversation_id,
-                record.new_messages,
-                create=record.create,
-                title=record.title,
-                update_parts=record.update_parts,
-                parent_id=record.parent_id,
-                root=record.root,
-                copy_after=record.copy_after,
-                settle=record.settle,
-                meta=record.meta,
-            )
+            assert record.rows is not None
+            await self._store.start_turn(record.rows)
         except LookupError:
             # deleted meanwhile, or (creating) the id is someone else's
             raise NotFound(

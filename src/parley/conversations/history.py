@@ -13,7 +13,9 @@ What does not belong here: shaping what is sent (``outgoing.py``), running the t
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from parley.agent.loop import Resume
 from parley.conversations.approvals import apply_decisions, close_pending
@@ -22,6 +24,43 @@ from parley.errors import Conflict, InvalidRequest, NotFound
 from parley.ids import client_conversation_id
 from parley.messages import Message, Part, ToolCallPart, ToolResult, Usage
 from parley.store.repository import ConversationStore, StoredMessage
+
+TurnKind = Literal["new", "continued", "anchored", "resumed"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """Where a turn goes, read once from the request and the stored branch."""
+
+    kind: TurnKind
+    stored: tuple[StoredMessage, ...] = ()
+    """The stored branch the model is shown before the new messages (updated parts in it)."""
+    new: tuple[Message, ...] = ()
+    """Messages the turn adds before its reply."""
+    updates: Mapping[str, tuple[Part, ...]] = field(default_factory=dict)
+    """Stored messages whose parts the turn changes (client tool results, calls closed)."""
+    parent_id: str | None = None
+    """What the new messages go under (None with ``root``: the conversation's start)."""
+    root: bool = False
+    copy_after: tuple[str, ...] = ()
+    """Stored messages copied after the new reply (a regenerated reply's followers)."""
+    settle: str | None = None
+    """A reply paused for approval that the new message leaves behind."""
+    prior_cost: float = 0.0
+    """What the earlier replies of the branch cost (USD)."""
+    resume: Resume | None = None
+    """How a reply paused for approval carries on (``resumed``)."""
+    reply_id: str | None = None
+    """The reply's id when it exists already (``resumed``)."""
+    create: bool = False
+    """A new conversation is created for the turn."""
+
+    @property
+    def resumed_tools(self) -> tuple[str, ...]:
+        """The tools a resumed reply called (they stay offered)."""
+        if self.resume is None:
+            return ()
+        return tuple(p.name for p in self.resume.parts if isinstance(p, ToolCallPart))
 
 
 class History:
@@ -41,6 +80,28 @@ class History:
             return client_conversation_id(turn.owner, turn.conversation_id)
         return turn.conversation_id
 
+    async def plan(self, turn: ChatTurn) -> TurnPlan:
+        """Where ``turn`` goes: decisions carry a paused reply on, an anchor answers at a
+        stored message, a conversation id continues its branch (or creates it, for a
+        client-made id), and without one the request's messages are a new conversation."""
+        if turn.approvals:
+            return await self.resumed(turn)
+        if turn.anchor is not None:
+            return await self.anchored(turn)
+        if turn.conversation_id is not None:
+            try:
+                return await self.continued(turn)
+            except NotFound:
+                if not turn.create_missing:
+                    raise
+                return TurnPlan("new", new=tuple(turn.messages), create=True)
+        if turn.orphan_answers:
+            answer = turn.orphan_answers[0]
+            raise InvalidRequest(
+                f"tool result for unknown call id {answer.call_id!r}", param=answer.param
+            )
+        return TurnPlan("new", new=tuple(turn.messages), create=True)
+
     async def _branch(self, turn: ChatTurn) -> list[StoredMessage]:
         """The stored branch of the turn's conversation (NotFound: no such conversation)."""
         assert turn.conversation_id is not None
@@ -53,9 +114,8 @@ class History:
                 code="conversation_not_found",
             ) from None
 
-    async def resumed(self, turn: ChatTurn) -> tuple[list[StoredMessage], Resume, str, float]:
-        """(the branch before the paused reply, how it carries on, its id, what the
-        earlier replies cost)."""
+    async def resumed(self, turn: ChatTurn) -> TurnPlan:
+        """The paused reply carried on, after the branch before it."""
         stored = await self._branch(turn)
         paused = stored[-1] if stored else None
         if paused is None or paused.status != "awaiting_approval":
@@ -81,14 +141,17 @@ class History:
             cost_usd=float(usage.get("response_usd") or 0.0),
             decided=decided.decided,
         )
-        cost = _cost(earlier)
-        return earlier, resume, paused.id, cost
+        return TurnPlan(
+            "resumed",
+            stored=tuple(earlier),
+            resume=resume,
+            reply_id=paused.id,
+            prior_cost=_cost(earlier),
+        )
 
-    async def anchored(
-        self, turn: ChatTurn
-    ) -> tuple[list[StoredMessage], list[Message], str | None, bool, list[str], float]:
-        """(the kept branch, new messages, their parent, whether they start at the root,
-        ids to copy after the reply, what the kept history's replies cost)."""
+    async def anchored(self, turn: ChatTurn) -> TurnPlan:
+        """A regenerate or an edit: the branch kept up to the anchor, a new reply (after
+        the edited message) under it, and the replies after a regenerated one copied."""
         anchor = turn.anchor
         assert anchor is not None
         assert turn.conversation_id is not None
@@ -119,22 +182,18 @@ class History:
             kept, new, parent, copy = path, [], target.id, []
         else:
             raise InvalidRequest("a system message cannot be regenerated", param="message_id")
-        cost = _cost(kept)
-        return kept, new, parent, parent is None, copy, cost
+        return TurnPlan(
+            "anchored",
+            stored=tuple(kept),
+            new=tuple(new),
+            parent_id=parent,
+            root=parent is None,
+            copy_after=tuple(copy),
+            prior_cost=_cost(kept),
+        )
 
-    async def continued(
-        self, turn: ChatTurn
-    ) -> tuple[
-        list[StoredMessage],
-        list[Message],
-        dict[str, tuple[Part, ...]],
-        str | None,
-        float,
-        str | None,
-    ]:
-        """(the branch (the updated parts in it), new messages, parts to update, parent of
-        the new messages, what the branch's replies cost so far, a paused reply the new
-        message leaves behind)."""
+    async def continued(self, turn: ChatTurn) -> TurnPlan:
+        """A new message (or the client's tool results) after the stored branch."""
         stored = await self._branch(turn)
         cost = _cost(stored)
         updates: dict[str, tuple[Part, ...]] = {}
@@ -143,9 +202,10 @@ class History:
             # a new message instead of decisions: the waiting calls are closed, unrun
             settle = stored[-1].id
             updates[settle] = close_pending(stored[-1].parts)
+        plan = TurnPlan("continued", updates=updates, settle=settle, prior_cost=cost)
         if turn.trailing_answers:
             updates.update(_answer_calls(stored, turn.trailing_answers, updates))
-            return _updated(stored, updates), [], updates, None, cost, settle
+            return replace(plan, stored=_updated(stored, updates))
         if not turn.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
         last = turn.messages[-1]
@@ -158,11 +218,11 @@ class History:
         if _is_retry(stored, last):
             # The same message again after a reply that failed before any output (a
             # client retrying): answer the stored message instead of storing it twice.
-            return _updated(stored, updates), [], updates, stored[-2].id, cost, settle
+            return replace(plan, stored=_updated(stored, updates), parent_id=stored[-2].id)
         # The new message goes under what the model is shown, even if another turn
         # lands first (it then starts a branch of its own).
         parent = stored[-1].id if stored else None
-        return _updated(stored, updates), [last], updates, parent, cost, settle
+        return replace(plan, stored=_updated(stored, updates), new=(last,), parent_id=parent)
 
 
 def _is_retry(stored: list[StoredMessage], message: Message) -> bool:
@@ -183,8 +243,8 @@ def _cost(messages: list[StoredMessage]) -> float:
 
 def _updated(
     stored: list[StoredMessage], updates: dict[str, tuple[Part, ...]]
-) -> list[StoredMessage]:
-    return [replace(m, parts=updates[m.id]) if m.id in updates else m for m in stored]
+) -> tuple[StoredMessage, ...]:
+    return tuple(replace(m, parts=updates[m.id]) if m.id in updates else m for m in stored)
 
 
 def _answer_calls(

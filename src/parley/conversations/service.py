@@ -21,24 +21,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from parley.agent.completion import Completer
-from parley.agent.loop import AgentLoop, AgentRequest, Resume
+from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.model_call import ModelCall
 from parley.conversations.assistants import (
     Assistant,
     regex_rules,
-    sampling_settings,
     tool_policies,
 )
 from parley.conversations.citations import Citations
 from parley.conversations.finishing import Finisher
-from parley.conversations.generation import Generation, Origin, Sink, TurnRecord
-from parley.conversations.history import History
+from parley.conversations.generation import (
+    Generation,
+    GenerationSpec,
+    Origin,
+    Sink,
+    TurnRecord,
+)
+from parley.conversations.history import History, TurnPlan
 from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.reach import Reaches
+from parley.conversations.sampling import request_template
 from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
 from parley.conversations.turn_tools import TurnTools
@@ -48,25 +55,22 @@ from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import TurnInfo
-from parley.mcp.service import McpService, is_mcp_tool
+from parley.mcp.service import McpService
 from parley.messages import (
     FilePart,
     ImagePart,
     Message,
-    Part,
     TextPart,
-    ToolCallPart,
 )
 from parley.patterns import Budget
 from parley.providers.options import check_options, refuse_unsupported, sent_options
 from parley.providers.pricing import PriceCatalog
-from parley.providers.protocol import SAMPLING_OPTIONS, ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.citations import CitationStore
 from parley.store.meta import ConversationMeta
-from parley.store.repository import ConversationStore, NewMessage, StoredMessage
+from parley.store.repository import ConversationStore, NewMessage, NewTurn, StoredMessage
 from parley.tools.builtins.workspace import SEARCH_SECONDS
 from parley.tools.protocol import Reach
 from parley.tools.registry import ToolRegistry
@@ -78,9 +82,6 @@ log = logging.getLogger(__name__)
 ASSISTANT_CACHE = 50_000
 """Conversations whose assistant id is kept in memory."""
 _UNKNOWN = object()
-
-_NO_PRESET = sampling_settings(None)
-"""The sampling of a turn without an assistant (built once: it is on every turn's path)."""
 
 
 class ConversationService:
@@ -267,162 +268,32 @@ class ConversationService:
         model = self._registry.resolve(turn.model or (assistant.model if assistant else None))
         citations = Citations()
         reach = replace(reach, citations=citations, searches=Budget(SEARCH_SECONDS))
-        server_tools = self._turn_tools.names(turn, assistant, reach.tools)
-        create = turn.conversation_id is None
-        parent_id: str | None = None
-        prior_cost = 0.0
-        root = False
-        copy_after: list[str] = []
-        settle: str | None = None
-        message_id = new_id("msg")
-        resume: Resume | None = None
-        resumed_mcp: tuple[str, ...] = ()
-        new: list[Message] = []
-        stored: list[StoredMessage] = []
-        updates: dict[str, tuple[Part, ...]] = {}
-        if turn.approvals:
-            stored, resume, message_id, prior_cost = await self._history.resumed(turn)
-            if self._citations is not None:  # the paused reply's sources keep their numbers
-                saved = await self._citations.for_messages(turn.owner, [message_id])
-                citations.restore(saved.get(message_id, ()))
-            # the paused reply's tools stay on (a client resuming may not resend them)
-            used = [p.name for p in resume.parts if isinstance(p, ToolCallPart)]
-            server_tools = tuple(
-                dict.fromkeys((*server_tools, *(n for n in used if n in self._tools)))
-            )
-            resumed_mcp = tuple(n for n in used if is_mcp_tool(n))
-        elif turn.anchor is not None:
-            stored, new, parent_id, root, copy_after, prior_cost = await self._history.anchored(
-                turn
-            )
-        elif turn.conversation_id is not None:
-            try:
-                stored, new, updates, parent_id, prior_cost, settle = await self._history.continued(
-                    turn
-                )
-            except NotFound:
-                if not turn.create_missing:
-                    raise
-                new = list(turn.messages)
-                create = True
-        else:
-            if turn.orphan_answers:
-                answer = turn.orphan_answers[0]
-                raise InvalidRequest(
-                    f"tool result for unknown call id {answer.call_id!r}", param=answer.param
-                )
-            new = list(turn.messages)
-        if not any(m.role != "system" and _usable(m) for m in stored) and not any(
-            m.role != "system" for m in new
-        ):
-            raise InvalidRequest("messages must contain a non-system message", param="messages")
-        if new and new[-1].role == "user":
-            _check_input(new[-1], len(turn.messages) - 1)
+        plan = await self._history.plan(turn)
+        _check_plan(plan, turn)
         # the assistant's storage rules for user messages (what is stored is sent), under
         # the turn's budget, which the reply's rules share
         rules, budget = regex_rules(assistant), turn_budget()
-        new = await store_user_messages(new, rules, budget)
-
+        plan = replace(plan, new=tuple(await store_user_messages(list(plan.new), rules, budget)))
+        if plan.resume is not None:
+            await self._restore_citations(turn.owner, plan, citations)
+        names = self._server_tools(turn, assistant, reach, plan)
         tools, server_tools = await self._turn_tools.with_mcp(
-            turn, assistant, model, server_tools, resumed_mcp, notes
+            turn, assistant, model, names, plan.resumed_tools, notes
         )
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
-        record = None
-        if resume is not None:
-            record = TurnRecord(
-                owner=turn.owner,
-                new_messages=[],
-                create=False,
-                title=None,
-                update_parts={},
-                resume=resume.parts,
-            )
-        elif turn.store:
-            rows = [NewMessage(new_id("msg"), m.role, m.parts) for m in new]
-            rows.append(
-                NewMessage(message_id, "assistant", (), status="streaming", model=model.public_name)
-            )
-            record = TurnRecord(
-                owner=turn.owner,
-                new_messages=rows,
-                create=create,
-                title=_title(new) if create or not stored else None,
-                update_parts=updates,
-                parent_id=parent_id,
-                root=root,
-                copy_after=tuple(copy_after),
-                settle=settle,
-                meta={"assistant_id": assistant.id} if create and assistant else None,
-                claim=create and turn.create_missing and turn.conversation_id is not None,
-            )
-        chat = self._settings.chat
-        preset = sampling_settings(assistant) if assistant is not None else _NO_PRESET
-        temperature = next(
-            (t for t in (turn.temperature, preset.temperature, model.temperature) if t is not None),
-            None,
-        )
-        options = turn.options
-        if assistant is not None and assistant.sampling:  # the preset's, under the request's
-            preset_options = {
-                name: value
-                for name, value in assistant.sampling.items()
-                if name in SAMPLING_OPTIONS and value is not None
-            }
-            options = {**preset_options, **turn.options}
-        if (
-            assistant is not None
-            and assistant.reasoning_effort
-            and "reasoning_effort" not in options
-        ):
-            options = {**options, "reasoning_effort": assistant.reasoning_effort}
-        template = ModelRequest(
-            model=model.model,
-            messages=(),
-            tools=turn.tools,
-            tool_choice=turn.tool_choice,
-            max_tokens=turn.max_tokens or preset.max_tokens or model.max_tokens,
-            tokens_field=turn.tokens_field if turn.max_tokens else None,
-            temperature=temperature,
-            top_p=turn.top_p if turn.top_p is not None else preset.top_p,
-            stop=turn.stop or tuple(preset.stop or ()),
-            options=options,
-            incremental=turn.stream,
-        )
+        message_id = plan.reply_id or new_id("msg")
         info = TurnInfo(
             caller=turn.caller or Caller(turn.owner),
             source=turn.source,
             conversation_id=conversation_id,
             message_id=message_id,
         )
-        history = [Message(m.role, m.parts) for m in stored if _usable(m)] + new
-        shape: Callable[[], Awaitable[Outgoing]] | None = None
-        builder = self._outgoing
-        if builder is not None:
-            # The outgoing request only (rolling context, system prompt, input
-            # transformers), shaped when the generation runs: summarising or reading
-            # documents happens where it can be cancelled and the client is watched.
-            def shape() -> Awaitable[Outgoing]:
-                assert builder is not None
-                return builder.build(
-                    owner=turn.owner,
-                    conversation_id=conversation_id,
-                    stored=stored,
-                    new=new,
-                    model=model,
-                    assistant=assistant,
-                    turn=info,
-                    max_output=template.max_tokens,
-                    tools=server_tools,
-                    reach=reach,
-                    notes=notes,
-                )
-
         request = AgentRequest(
             owner=turn.owner,
             conversation_id=conversation_id,
             message_id=message_id,
-            history=tuple(history),
-            template=template,
+            history=self._plain_history(plan),
+            template=request_template(turn, assistant, model),
             models=self._models(model, turn),
             server_tools=server_tools,
             caller=turn.caller,
@@ -434,33 +305,85 @@ class ConversationService:
                 self._settings.tools.approval,
                 confirm_remember=self._settings.memory.confirm_remember,
             ),
-            resume=resume,
+            resume=plan.resume,
             reach=reach,
             tools=tools,
         )
-        generation = Generation(
-            store=self._store,
-            agent=self._agent,
+        record = _record(turn, plan, conversation_id, message_id, model, assistant)
+        spec = GenerationSpec(
             request=request,
             record=record,
-            checkpoint_seconds=chat.checkpoint_seconds,
-            prior_cost_usd=prior_cost,
-            shape=shape,
-            citations=citations,
-            citation_store=self._citations,
             # named: the client gave conversation_id (a continued conversation, Parley's
             # conversation routes, Chatchat's own ids, created on first use or not);
             # else Parley made the id for a stateless request
             origin=Origin.STATELESS if turn.conversation_id is None else Origin.NAMED,
+            prior_cost_usd=plan.prior_cost,
+            shape=self._shaper(request, plan, assistant, info, notes),
+            citations=citations,
+            finisher=None if record is None else Finisher(turn.owner, rules, self.images, budget),
+            rules=rules,
+            rule_budget=budget,
+            ignored_params=check_options(model.provider, _sent_options(turn)).ignored,
+            titles=assistant.generate_titles if assistant is not None else True,
+            suggestions=assistant.generate_suggestions if assistant is not None else True,
         )
-        if record is not None:
-            generation.finisher = Finisher(turn.owner, rules, self.images, budget)
-        generation.rules, generation.rule_budget = rules, budget
-        generation.ignored_params = check_options(model.provider, _sent_options(turn)).ignored
-        if assistant is not None:
-            generation.titles = assistant.generate_titles
-            generation.suggestions = assistant.generate_suggestions
-        return generation
+        return Generation(
+            spec,
+            store=self._store,
+            agent=self._agent,
+            checkpoint_seconds=self._settings.chat.checkpoint_seconds,
+            citation_store=self._citations,
+        )
+
+    def _server_tools(
+        self, turn: ChatTurn, assistant: Assistant | None, reach: Reach, plan: TurnPlan
+    ) -> tuple[str, ...]:
+        """The turn's server tools; a resumed reply's stay on (a client resuming may not
+        resend them)."""
+        names = self._turn_tools.names(turn, assistant, reach.tools)
+        used = (n for n in plan.resumed_tools if n in self._tools)
+        return tuple(dict.fromkeys((*names, *used)))
+
+    async def _restore_citations(self, owner: str, plan: TurnPlan, citations: Citations) -> None:
+        """A paused reply's sources keep their numbers when it resumes."""
+        if self._citations is not None and plan.reply_id is not None:
+            saved = await self._citations.for_messages(owner, [plan.reply_id])
+            citations.restore(saved.get(plan.reply_id, ()))
+
+    def _plain_history(self, plan: TurnPlan) -> tuple[Message, ...]:
+        """The history as stored, when no builder shapes it (the builder's replaces it
+        when the generation runs)."""
+        if self._outgoing is not None:
+            return ()
+        return (*(Message(m.role, m.parts) for m in plan.stored if _usable(m)), *plan.new)
+
+    def _shaper(
+        self,
+        request: AgentRequest,
+        plan: TurnPlan,
+        assistant: Assistant | None,
+        info: TurnInfo,
+        notes: list[str],
+    ) -> Callable[[], Awaitable[Outgoing]] | None:
+        """Shapes the outgoing request (rolling context, system prompt, input
+        transformers) when the generation runs: summarising or reading documents happens
+        where it can be cancelled and the client is watched."""
+        if self._outgoing is None:
+            return None
+        return partial(
+            self._outgoing.build,
+            owner=request.owner,
+            conversation_id=request.conversation_id,
+            stored=plan.stored,
+            new=plan.new,
+            model=request.models[0],
+            assistant=assistant,
+            turn=info,
+            max_output=request.template.max_tokens,
+            tools=request.server_tools,
+            reach=request.reach,
+            notes=notes,
+        )
 
     async def _assistant(self, turn: ChatTurn) -> Assistant | None:
         """The turn's assistant: the one it names, else the conversation's (the one named
@@ -608,6 +531,50 @@ class ConversationService:
         return on_disconnect == "cancel"
 
 
+def _check_plan(plan: TurnPlan, turn: ChatTurn) -> None:
+    """The model must be shown something besides system messages; a new user message
+    must say something."""
+    if not any(m.role != "system" and _usable(m) for m in plan.stored) and not any(
+        m.role != "system" for m in plan.new
+    ):
+        raise InvalidRequest("messages must contain a non-system message", param="messages")
+    if plan.new and plan.new[-1].role == "user":
+        _check_input(plan.new[-1], len(turn.messages) - 1)
+
+
+def _record(
+    turn: ChatTurn,
+    plan: TurnPlan,
+    conversation_id: str | None,
+    message_id: str,
+    model: ResolvedModel,
+    assistant: Assistant | None,
+) -> TurnRecord | None:
+    """What the generation writes when it starts: the paused reply carried on, or the
+    new messages and the streaming reply (None: the request is not stored)."""
+    if plan.resume is not None:
+        return TurnRecord(owner=turn.owner, resume=plan.resume.parts)
+    if not turn.store or conversation_id is None:
+        return None
+    reply = NewMessage(message_id, "assistant", (), status="streaming", model=model.public_name)
+    create = plan.create
+    rows = NewTurn(
+        owner=turn.owner,
+        conversation_id=conversation_id,
+        messages=(*(NewMessage(new_id("msg"), m.role, m.parts) for m in plan.new), reply),
+        create=create,
+        title=_title(plan.new) if create or not plan.stored else None,
+        update_parts=plan.updates,
+        parent_id=plan.parent_id,
+        root=plan.root,
+        copy_after=plan.copy_after,
+        settle=plan.settle,
+        meta={"assistant_id": assistant.id} if create and assistant else {},
+    )
+    claim = create and turn.create_missing and turn.conversation_id is not None
+    return TurnRecord(owner=turn.owner, rows=rows, claim=claim)
+
+
 def _sent_options(turn: ChatTurn) -> frozenset[str]:
     return sent_options(turn.options, turn.tools)
 
@@ -634,7 +601,7 @@ def _usable(message: StoredMessage) -> bool:
     return bool(message.parts)
 
 
-def _title(messages: list[Message]) -> str | None:
+def _title(messages: Sequence[Message]) -> str | None:
     for message in messages:
         if message.role == "user" and message.text.strip():
             line = message.text.strip().splitlines()[0]

@@ -68,8 +68,9 @@ class TurnTools:
         notes: list[str],
     ) -> tuple[ToolRegistry | None, tuple[str, ...]]:
         """The request's MCP tools joined to its server tools: (the registry with them,
-        or None when there are none; the tools offered). A server that is down costs a
-        note in ``notes``, never the turn."""
+        or None when there are none; the tools offered). ``resumed``: the tools a resumed
+        reply called (its MCP ones stay offered). A server that is down costs a note in
+        ``notes``, never the turn."""
         if self._mcp is None or not model.provider.supports_tools:
             return None, server_tools
         use = turn.use_mcp
@@ -81,7 +82,7 @@ class TurnTools:
             every_server=use,
             servers=assistant.mcp_servers if assistant is not None else (),
             tools=tuple(dict.fromkeys(n for n in named if is_mcp_tool(n))),
-            resumed=resumed,
+            resumed=tuple(n for n in resumed if is_mcp_tool(n)),
         )
         if not choice:
             return None, server_tools

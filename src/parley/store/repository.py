@@ -13,8 +13,8 @@ modules of their own: ``assistants.py``, ``meta.py``, ``summaries.py``, ``audit.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -45,6 +45,34 @@ class NewMessage:
     parts: tuple[Part, ...]
     status: MessageStatus = "complete"
     model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewTurn:
+    """A turn's new rows, written in one transaction by ``ConversationStore.start_turn``.
+
+    With ``create`` the conversation is created too; otherwise the messages are appended
+    to its current branch, or under ``parent_id`` when given (at the root with ``root``:
+    a new version of the first message). The last message written becomes the branch
+    head."""
+
+    owner: str
+    conversation_id: str
+    messages: Sequence[NewMessage]
+    create: bool = False
+    title: str | None = None
+    """The conversation's title (a new one's, or a blank one's)."""
+    update_parts: Mapping[str, tuple[Part, ...]] = field(default_factory=dict)
+    """Replaces the parts of stored messages (client tool results, calls closed unrun)."""
+    parent_id: str | None = None
+    root: bool = False
+    copy_after: Sequence[str] = ()
+    """Messages copied, in order, after the new ones (a regenerated reply keeps them)."""
+    settle: str | None = None
+    """A reply paused for approval that the new message leaves behind: it becomes
+    complete (its calls closed in ``update_parts``)."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Kept with a conversation being created (the assistant it was started with)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,120 +154,37 @@ class ConversationStore(BranchOps, SearchOps):
 
     # --- turns ------------------------------------------------------------------------
 
-    async def start_turn(
-        self,
-        owner: str,
-        conversation_id: str,
-        new_messages: list[NewMessage],
-        *,
-        create: bool,
-        title: str | None = None,
-        update_parts: dict[str, tuple[Part, ...]] | None = None,
-        parent_id: str | None = None,
-        root: bool = False,
-        copy_after: Sequence[str] = (),
-        settle: str | None = None,
-        meta: dict[str, Any] | None = None,
-    ) -> None:
-        """Write a turn's new messages (ids made by the caller) in one transaction.
-
-        With ``create`` the conversation is created too; otherwise the messages are
-        appended to its current branch, or under ``parent_id`` when given (at the root
-        with ``root``: a new version of the first message). ``copy_after`` names
-        messages copied, in order, after the new ones (the later messages a regenerated
-        reply keeps). ``settle`` names a reply paused for approval that the new message
-        leaves behind (its calls closed in ``update_parts``): it becomes complete. The
-        last message written becomes the branch head. ``update_parts``
-        replaces the parts of existing messages (tool results a client sends for calls
-        stored earlier). Raises
-        LookupError when the conversation is missing, someone else's, or (``create``)
-        its id is taken.
-        """
+    async def start_turn(self, turn: NewTurn) -> None:
+        """Write a turn's new messages (ids made by the caller) in one transaction
+        (``NewTurn`` says where they go). Raises LookupError when the conversation is
+        missing, someone else's, or (``create``) its id is taken."""
         now = time.time()
 
         def transaction(conn: Connection) -> None:
-            parent = parent_id
-            if create:
-                try:
-                    conn.execute(
-                        _INSERT_CONVERSATION,
-                        {
-                            "id": conversation_id,
-                            "owner": owner,
-                            "title": title,
-                            "head_id": new_messages[-1].id if new_messages else None,
-                            # a title taken from the first line is provisional: a
-                            # generated one replaces it, a user's never is
-                            "meta": {
-                                **({"title_provisional": True} if title is not None else {}),
-                                **(meta or {}),
-                            }
-                            or None,
-                            "created_at": now,
-                            "updated_at": now,
-                        },
-                    )
-                except IntegrityError:
-                    raise LookupError(conversation_id) from None
-            elif parent is None and not root:
-                parent = _head(conn, owner, conversation_id)
-            elif not _owned(conn, owner, conversation_id):
-                raise LookupError(conversation_id)
-            for message_id, parts in (update_parts or {}).items():
-                conn.execute(
-                    _SET_PARTS,
-                    {
-                        "b_id": message_id,
-                        "b_owner": owner,
-                        "parts": parts_to_json(parts),
-                        "updated_at": now,
-                    },
-                )
-            if settle is not None:
-                conn.execute(
-                    update(messages)
-                    .where(
-                        messages.c.id == settle,
-                        messages.c.owner == owner,
-                        messages.c.status == "awaiting_approval",
-                    )
-                    .values(status="complete", updated_at=now)
-                )
-            rows: list[dict[str, Any]] = []
-            for offset, message in enumerate(new_messages):
-                rows.append(
-                    {
-                        "id": message.id,
-                        "conversation_id": conversation_id,
-                        "owner": owner,
-                        "parent_id": parent,
-                        "role": message.role,
-                        "parts": parts_to_json(message.parts),
-                        "status": message.status,
-                        "model": message.model,
-                        "usage": None,
-                        "finish_reason": None,
-                        "error": None,
-                        # distinct, ordered times even within one clock tick
-                        "created_at": now + offset * 1e-6,
-                        "updated_at": now,
-                    }
-                )
-                parent = message.id
-            if rows:
-                conn.execute(_INSERT_MESSAGES, rows)
-            if copy_after:
-                tree = load_tree(conn, owner, conversation_id)
-                later = [tree.rows[i] for i in copy_after if i in tree.rows]
+            if turn.create:
+                _create_conversation(conn, turn, now)
+                parent = turn.parent_id
+            elif turn.parent_id is None and not turn.root:
+                parent = _head(conn, turn.owner, turn.conversation_id)
+            elif not _owned(conn, turn.owner, turn.conversation_id):
+                raise LookupError(turn.conversation_id)
+            else:
+                parent = turn.parent_id
+            _update_stored(conn, turn, now)
+            parent = _insert_messages(conn, turn, parent, now)
+            if turn.copy_after:
+                tree = load_tree(conn, turn.owner, turn.conversation_id)
+                later = [tree.rows[i] for i in turn.copy_after if i in tree.rows]
                 parent = copy_rows(
-                    conn, later, conversation_id=conversation_id, parent_id=parent, now=now
+                    conn, later, conversation_id=turn.conversation_id, parent_id=parent, now=now
                 )
-            if not create:
+            if not turn.create:
                 conn.execute(
-                    _MOVE_HEAD, {"b_id": conversation_id, "head_id": parent, "updated_at": now}
+                    _MOVE_HEAD,
+                    {"b_id": turn.conversation_id, "head_id": parent, "updated_at": now},
                 )
-                if title is not None:
-                    _title_if_blank(conn, owner, conversation_id, title)
+                if turn.title is not None:
+                    _title_if_blank(conn, turn.owner, turn.conversation_id, turn.title)
 
         await self._db.write(transaction)
 
@@ -598,3 +543,76 @@ def _message(row: Any) -> StoredMessage:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _create_conversation(conn: Connection, turn: NewTurn, now: float) -> None:
+    # a title taken from the first line is provisional: a generated one replaces it, a
+    # user's never is
+    meta = {**({"title_provisional": True} if turn.title is not None else {}), **turn.meta}
+    try:
+        conn.execute(
+            _INSERT_CONVERSATION,
+            {
+                "id": turn.conversation_id,
+                "owner": turn.owner,
+                "title": turn.title,
+                "head_id": turn.messages[-1].id if turn.messages else None,
+                "meta": meta or None,
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
+    except IntegrityError:
+        raise LookupError(turn.conversation_id) from None
+
+
+def _update_stored(conn: Connection, turn: NewTurn, now: float) -> None:
+    """The stored messages the turn changes, and the paused reply it settles."""
+    for message_id, parts in turn.update_parts.items():
+        conn.execute(
+            _SET_PARTS,
+            {
+                "b_id": message_id,
+                "b_owner": turn.owner,
+                "parts": parts_to_json(parts),
+                "updated_at": now,
+            },
+        )
+    if turn.settle is not None:
+        conn.execute(
+            update(messages)
+            .where(
+                messages.c.id == turn.settle,
+                messages.c.owner == turn.owner,
+                messages.c.status == "awaiting_approval",
+            )
+            .values(status="complete", updated_at=now)
+        )
+
+
+def _insert_messages(conn: Connection, turn: NewTurn, parent: str | None, now: float) -> str | None:
+    """The turn's new messages, each under the one before; returns the last one's id."""
+    rows: list[dict[str, Any]] = []
+    for offset, message in enumerate(turn.messages):
+        rows.append(
+            {
+                "id": message.id,
+                "conversation_id": turn.conversation_id,
+                "owner": turn.owner,
+                "parent_id": parent,
+                "role": message.role,
+                "parts": parts_to_json(message.parts),
+                "status": message.status,
+                "model": message.model,
+                "usage": None,
+                "finish_reason": None,
+                "error": None,
+                # distinct, ordered times even within one clock tick
+                "created_at": now + offset * 1e-6,
+                "updated_at": now,
+            }
+        )
+        parent = message.id
+    if rows:
+        conn.execute(_INSERT_MESSAGES, rows)
+    return parent
