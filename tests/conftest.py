@@ -13,7 +13,7 @@ import pytest
 
 from parley.settings import Settings
 from parley.store.database import Database
-from tests.support.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI
 from tests.support.packages import install_example_package
 from tests.support.server import ParleyServer
 
@@ -70,7 +70,9 @@ def server_config(upstream: MockOpenAI, **overrides: Any) -> dict[str, Any]:
         "models": {"fast": {"provider": "mock", "model": "mock-model"}},
         "default_model": "fast",
         "chat": {"checkpoint_seconds": 0.2},
-        "server": {"keepalive_seconds": 1.0},
+        # a server in the test's process shares its interpreter lock: its loop reads late
+        # while the test works (tests of admission set their own limit)
+        "server": {"keepalive_seconds": 1.0, "max_loop_lag_ms": 2000},
         # The shared server does not retry, so error-mapping tests see one upstream call;
         # tests/api/test_agent.py runs its own server with retries and fallbacks.
         "agent": {"retry_backoff_seconds": []},

@@ -16,7 +16,7 @@ import yaml
 
 from parley.doctor import Finding, _provider_failure, cpu_finding
 from parley.errors import ProviderError
-from tests.support.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTED = "tests.support.local_backends:load"

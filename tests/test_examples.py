@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 EXAMPLES = Path(__file__).parents[1] / "examples"

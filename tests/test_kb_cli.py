@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from parley.testing.mock_openai import MockOpenAI
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, free_port
 
 

@@ -8,9 +8,8 @@ Shutdown gives running generations a grace period, then cancels and saves them.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -58,6 +57,7 @@ from parley.api.idempotency import Idempotency
 from parley.api.json_depth import shallow_body
 from parley.api.knowledge import MULTIPART_SLACK
 from parley.api.mcp import check_admissible
+from parley.api.mcp_endpoint import McpEndpoint
 from parley.api.openapi import answers
 from parley.api.shapes import Health
 from parley.api.state import AppState
@@ -73,12 +73,11 @@ from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
 from parley.knowledge.types import Embedder, Judge
-from parley.mcp.serve import McpEndpoint
 from parley.mcp.service import McpService
 from parley.memory.service import MemoryService
 from parley.memory.store import MemoryStore
-from parley.pacer import pace_garbage_collection
 from parley.providers.pricing import PriceCatalog
+from parley.providers.protocol import Provider
 from parley.providers.registry import ProviderRegistry, build_registry
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
@@ -92,11 +91,22 @@ from parley.store.repository import ConversationStore, KeyStore
 from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
 from parley.tools.builtins import build_registry as build_tools
+from parley.tools.protocol import Tool
 
 log = logging.getLogger("parley")
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    providers: Mapping[str, Provider] | None = None,
+    tools: Sequence[Tool] = (),
+) -> FastAPI:
+    """The Parley app for ``settings`` (served by ``parley serve``; in a test, by
+    ``parley.testing``). ``providers``: provider objects by name, in place of the ones
+    the settings would build (``parley.testing.FunctionProvider``); with them, only
+    the providers the settings name besides are built. ``tools``: server tools beside
+    the built-in ones (offered as ``tools.default_tools`` or a request names them)."""
     pricing = PriceCatalog(settings.pricing)
     chain = build_chain(settings, pricing)  # a bad interceptor fails here, before serving
     # Parley as an MCP server, at /mcp
@@ -123,9 +133,9 @@ def create_app(settings: Settings) -> FastAPI:
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=20),
             follow_redirects=False,
         )
-        registry = build_registry(settings, client)
+        registry = build_registry(settings, client, providers)
         keys = KeyStore(database)
-        tools = build_tools(settings)
+        tool_registry = build_tools(settings, extra=tools)
         audit_settings = settings.interceptors.audit
         audit = AuditLog(
             database,
@@ -156,7 +166,7 @@ def create_app(settings: Settings) -> FastAPI:
             completer,
             summaries,
             conversation_store,
-            tools,
+            tool_registry,
             knowledge=knowledge,
             memory=memory,
             documents=AttachmentReader(readers),
@@ -165,7 +175,7 @@ def create_app(settings: Settings) -> FastAPI:
             settings,
             conversation_store,
             registry,
-            tools,
+            tool_registry,
             pricing,
             chain,
             meta=meta,
@@ -192,7 +202,7 @@ def create_app(settings: Settings) -> FastAPI:
             conversations=conversation_store,
             keys=keys,
             registry=registry,
-            tools=tools,
+            tools=tool_registry,
             interceptors=chain,
             audit=audit,
             database=database,
@@ -212,10 +222,6 @@ def create_app(settings: Settings) -> FastAPI:
                 "no API keys exist: serving loopback clients only "
                 "(create one with `parley keys create`)"
             )
-        # Start-up objects live as long as the process: keep them out of every collection.
-        gc.collect()
-        gc.freeze()
-        pacer = asyncio.create_task(pace_garbage_collection())
         watcher = asyncio.create_task(revocations.run())
         try:
             if mcp_endpoint is None:
@@ -224,7 +230,6 @@ def create_app(settings: Settings) -> FastAPI:
                 async with mcp_endpoint.running():
                     yield
         finally:
-            pacer.cancel()
             watcher.cancel()
             await service.shutdown(settings.agent.shutdown_grace_seconds)
             await mcp.close()  # after the generations: stdio servers are stopped

@@ -11,11 +11,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, TypeVar
 
 import typer
-import uvicorn
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -78,9 +76,8 @@ def serve(
 ) -> None:
     """Run the server."""
 
-    from parley.api.connections import protocol
-    from parley.api.logs import SecretQueryFilter
     from parley.app import create_app
+    from parley.serving import ParleyUvicorn, uvicorn_config
 
     settings = _settings(config)
     if host is not None:
@@ -104,34 +101,7 @@ def serve(
             f"[red]invalid settings:[/red] {exc.message}", highlight=False, soft_wrap=True
         )
         raise typer.Exit(2) from None
-    server_config = uvicorn.Config(
-        application,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level,
-        loop="uvloop",
-        http=protocol(settings.server.header_timeout_seconds),
-        # Parley ends its own turns within the grace period; uvicorn waits a little longer.
-        timeout_graceful_shutdown=int(settings.agent.shutdown_grace_seconds) + 5,
-    )
-    # after uvicorn.Config, which configures its loggers
-    logging.getLogger("uvicorn.access").addFilter(SecretQueryFilter())
-    _Server(server_config, settings.agent.shutdown_grace_seconds).run()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn, telling Parley the moment SIGTERM or SIGINT arrives: new turns are
-    refused and agent loops stop at their next step while streams finish."""
-
-    def __init__(self, config: uvicorn.Config, grace_seconds: float) -> None:
-        super().__init__(config)
-        self._grace = grace_seconds
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        state = getattr(getattr(self.config.app, "state", None), "parley", None)
-        if state is not None:
-            state.service.request_shutdown(self._grace)
-        super().handle_exit(sig, frame)
+    ParleyUvicorn(uvicorn_config(application, settings), pace_gc=True).run()
 
 
 @app.command()

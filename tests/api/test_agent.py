@@ -15,9 +15,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI, Reply, chunk, sse, text_frames
 from tests.support.server import ParleyServer
 
+from parley.testing.mock_openai import MockOpenAI, Reply, chunk, sse, text_frames
 from parley.tools.workspaces import conversation_workspace
 
 ASK = [{"role": "user", "content": "What time is it?"}]
@@ -258,7 +258,7 @@ def test_task_mode(agent: openai.OpenAI, upstream: MockOpenAI, agent_server: Par
 def test_sigterm_finishes_or_interrupts_live_streams(upstream: MockOpenAI, tmp_path: Path) -> None:
     upstream.reset()
     config = server_config(upstream, agent={"shutdown_grace_seconds": 1.0})
-    server = ParleyServer(tmp_path / "data", config).start()
+    server = ParleyServer(tmp_path / "data", config, process=True).start()  # SIGTERM
     try:
         # a slow reply: 40 pieces, 100 ms apart (4 s), longer than the 1 s grace
         upstream.queue(Reply(frames=text_frames([f"w{i} " for i in range(40)]), delay=0.1))

@@ -10,8 +10,9 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 WEATHER = {
     "name": "get_weather",

@@ -16,9 +16,9 @@ import pytest
 from openai import Stream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
+from parley.testing.mock_openai import MockOpenAI
 from parley.tools.workspaces import conversation_workspace
 
 TOOLS = ["workspace_write", "workspace_list", "current_time"]

@@ -12,8 +12,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI, Reply, chunk, sse
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, Reply, chunk, sse
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 

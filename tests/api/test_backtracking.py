@@ -21,9 +21,10 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.probe import HealthProbe
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 CLASSIC = "(a+)+$"
 EVIL = "(a|aa)+$"

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
 
 from parley.store.audit import request_hash
+from parley.testing.mock_openai import MockOpenAI
 
 HUGE = 2**64
 

@@ -14,8 +14,9 @@ import pytest
 from openai import Stream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 
 def say(client: openai.OpenAI, upstream: MockOpenAI, text: str, reply: str, cid: str | None) -> str:

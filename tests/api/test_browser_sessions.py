@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 COOKIE = "parley_session"
 THIRTY_DAYS = 30 * 86_400
@@ -169,7 +170,7 @@ def test_signing_in_sets_an_http_only_strict_cookie_and_stores_only_its_hash(
     rows = db_rows(server.db_path, "SELECT * FROM web_sessions WHERE key_id = ?", body["key_id"])
     digest = hashlib.sha256(cookie["token"].encode()).hexdigest()
     assert digest in [row["token_hash"] for row in rows]
-    assert cookie["token"] not in server.db_path.read_bytes().decode("latin-1")
+    assert cookie["token"].encode() not in server.file_bytes(server.db_path)
 
     seen = Browser(server, cookie["token"]).request("GET", "/v1/session").json()
     assert seen == body

@@ -7,8 +7,9 @@ import json
 import openai
 import pytest
 from tests.conftest import db_rows
-from tests.support.mock_openai import MockOpenAI, chunk, split_every, sse, text_frames
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, chunk, split_every, sse, text_frames
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 

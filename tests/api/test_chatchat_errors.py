@@ -20,11 +20,11 @@ import orjson
 import pytest
 from starlette.types import Message
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 from parley.api.errors import error_response, is_chatchat_path
 from parley.errors import NotFound, Overloaded
+from parley.testing.mock_openai import MockOpenAI
 
 MAX_BODY = 64 * 1024
 

@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 GUIDE = (
     b"# Parley Guide\n\n"

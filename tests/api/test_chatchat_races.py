@@ -23,8 +23,9 @@ import httpx
 import pytest
 from tests.conftest import db_rows, server_config
 from tests.support.mock_embeddings import Endpoint
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 pytestmark = pytest.mark.anyio
 

@@ -20,11 +20,11 @@ import openai
 import orjson
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI, text_frames
 from tests.support.server import ParleyServer
 
 from parley.api.admission import is_guarded
 from parley.api.chatchat_prompts import NO_MATCH
+from parley.testing.mock_openai import MockOpenAI, text_frames
 
 GUIDE = (
     b"# Parley Guide\n\n"

@@ -20,8 +20,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 HARBOUR = (
     b"The harbour of Velmora has nine lighthouses along its rocky northern shore.\n\n"

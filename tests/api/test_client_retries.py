@@ -20,8 +20,9 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name a colour."}]
 RETRIES = [0.01, 0.01, 0.01]

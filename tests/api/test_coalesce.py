@@ -9,10 +9,10 @@ import asyncio
 import httpx
 import openai
 import pytest
-from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
 
 from parley.api.coalesce import Coalescer, Kind
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 WORDS = [f"w{i} " for i in range(40)]
 

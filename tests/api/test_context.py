@@ -10,8 +10,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 HISTORY = [
     {"role": "user", "content": "Plan a trip: 3 days in Rome, budget 900 EUR."},

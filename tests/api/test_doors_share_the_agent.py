@@ -17,8 +17,9 @@ import openai
 import pytest
 from tests.conftest import server_config
 from tests.support.knowledge import indexed_base
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 GUIDE = b"The zorbulite crystal glows green when copper is near it."
 QUESTION = "What makes the zorbulite crystal glow?"

@@ -13,8 +13,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 SANDBOX = "sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))

@@ -18,9 +18,9 @@ from typing import Any
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
 
+from parley.testing.mock_openai import MockOpenAI
 from parley.transforms.images import own_image_id, sniff_media_type
 
 MAX_BYTES = 10 * 2**20

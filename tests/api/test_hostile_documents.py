@@ -26,8 +26,9 @@ import httpx
 import pytest
 from tests.conftest import server_config
 from tests.support.hostile_documents import paragraphs_docx, shared_stream_pdf
-from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 4.0

@@ -18,8 +18,9 @@ import httpx
 import pytest
 from tests.conftest import server_config
 from tests.support.hostile_documents import shared_stream_pdf
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 DEADLINE = 4.0
 

@@ -17,8 +17,9 @@ import openai
 import orjson
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +253,7 @@ def test_an_upload_sent_again_with_a_new_boundary_is_the_same_upload(
 def test_kept_responses_outlive_a_restart_and_a_cut_off_request_says_so(
     upstream: MockOpenAI, tmp_path: Path
 ) -> None:
-    server = ParleyServer(tmp_path / "restart", server_config(upstream))
+    server = ParleyServer(tmp_path / "restart", server_config(upstream), process=True)  # kill -9
     upstream.queue_text("kept")
     upstream.queue_text("never", " finished", delay=2.0)
     done_key, cut_key = _key("kept"), _key("cut")

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 FIELDS = {"id", "object", "owner", "name", "prefix", "admin", "created_at", "revoked_at"}
 

@@ -17,8 +17,9 @@ import httpx
 import pytest
 from docx import Document as DocxDocument
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 MAX_UPLOAD = 200_000
 FINISHED = ("ready", "failed", "cancelled")

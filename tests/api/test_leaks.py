@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 from parley.api.logs import mask_query
+from parley.testing.mock_openai import MockOpenAI
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,9 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,12 +19,12 @@ import httpx
 import pytest
 from tests.conftest import db_rows, server_config
 from tests.mcp import servers
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
 
 from parley.api.mcp import ServerUpdate, check_admissible, check_reachable
 from parley.errors import PermissionDenied
 from parley.mcp.settings import McpServerSettings, McpSettings
+from parley.testing.mock_openai import MockOpenAI
 
 SERVER_SCRIPT = str(Path(servers.__file__))
 STARTER = """\

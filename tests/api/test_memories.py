@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,10 @@ import openai
 import pytest
 from tests.conftest import server_config
 from tests.support.mock_anthropic import MockAnthropic
-from tests.support.mock_openai import MockOpenAI, chunk, sse, usage
 from tests.support.openai_schema import check, request_fields
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, chunk, sse, usage
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 LOOKUP = {

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 TTL = 3.0
 WRITE = ("call_w", "workspace_write", json.dumps({"path": "a.txt", "content": "hello"}))

@@ -16,9 +16,10 @@ import httpx
 import orjson
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.probe import HealthProbe
 from tests.support.server import ParleyServer, api_error
+
+from parley.testing.mock_openai import MockOpenAI
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 WEATHER: Any = {
     "type": "function",

@@ -17,8 +17,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 
 @pytest.fixture(scope="module")

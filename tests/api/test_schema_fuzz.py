@@ -47,13 +47,13 @@ from tests.support.fuzzing import (
     plant,
     snapshot,
 )
-from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
 
 from parley.api.errors import is_anthropic_path, is_chatchat_path
 from parley.api.idempotency import NOT_COVERED
 from parley.app import create_app
 from parley.settings import Settings
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 PUBLIC = frozenset({"/health", "/v1/session"})
 """Operations that need no key (``/v1/session`` is how a browser gives one: a wrong key

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from tests.conftest import db_rows, server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 from parley.interceptors.builtins.sensitive import SensitiveFilter
 from parley.interceptors.settings import SensitiveSettings
+from parley.testing.mock_openai import MockOpenAI
 
 WORDS = ["hunter2", "机密", "bad", "badly"]
 PHONE = r"\d{3}-\d{4}"

@@ -11,8 +11,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import db_rows
-from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 
 def slow_reply(upstream: MockOpenAI) -> None:

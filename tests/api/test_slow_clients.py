@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 BODY = b'{"model": "fast", "messages": [{"role": "user", "content": "hi"}]}'
 

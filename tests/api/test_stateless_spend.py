@@ -18,8 +18,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI, Reply, text_frames
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 TITLE_PROMPT = "Write a short title"
 SUGGESTIONS_PROMPT = "follow-up messages the user might send"

@@ -12,8 +12,9 @@ import httpx
 import openai
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 HELLO: Any = [{"role": "user", "content": "Hello there"}]
 DAY_TOKENS = 500

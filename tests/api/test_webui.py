@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
+
+from parley.testing.mock_openai import MockOpenAI
 
 INDEX = b'<!doctype html><title>Parley UI</title><script type="module" src="/assets/app-1a2b.js">'
 FILES = {

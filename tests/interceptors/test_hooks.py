@@ -25,10 +25,10 @@ from parley.interceptors.protocol import CallInfo, ModelResponse, ToolCall, Turn
 from parley.interceptors.settings import HookSettings
 from parley.messages import Usage
 from parley.providers.protocol import ModelRequest
+from parley.testing.mock_openai import MockOpenAI
 from parley.tools.function import function_tool
 from parley.tools.protocol import ToolOutput
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 from tests.tools.contexts import tool_context
 

@@ -18,9 +18,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from parley.testing.mock_openai import MockOpenAI
 from tests.conftest import server_config
 from tests.mcp.test_client import ROOT, SERVER_SCRIPT, HttpServer
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 HANG_AT_START = "import sys, time\nsys.stdin.readline()\ntime.sleep(120)\n"

@@ -23,8 +23,8 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp import ClientSession
+from parley.testing.mock_openai import MockOpenAI
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer, api_error
 
 pytestmark = pytest.mark.anyio

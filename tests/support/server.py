@@ -1,7 +1,14 @@
-"""Run a real Parley server (``python -m parley serve``) in a subprocess for tests."""
+"""A real Parley server for tests, on a loopback port.
+
+By default the app runs in this process, served by uvicorn in a thread exactly as
+``parley serve`` configures it (``parley.serving``): a start costs a few hundred
+milliseconds, not the three seconds of importing Parley again. ``process=True`` runs
+``python -m parley serve`` in a process of its own, for what needs one: signals,
+``kill -9``, an environment of its own (``env``), the process's own limits."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -14,6 +21,8 @@ from typing import Any
 import httpx
 import yaml
 
+from parley.testing.live import SERVING, LiveServer
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -22,9 +31,26 @@ def free_port() -> int:
         return port
 
 
+PROVIDER_ENVIRONMENT = ("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_API_KEY")
+"""Variables Parley reads providers from: a server in this process would see them."""
+
+
 class ParleyServer:
-    def __init__(self, data_dir: Path, config: dict[str, Any], env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        config: dict[str, Any],
+        env: dict[str, str] | None = None,
+        *,
+        process: bool = False,
+    ):
         self.data_dir = data_dir
+        self.own_process = (
+            process
+            or bool(env)
+            or any(key.startswith(("PARLEY_", *PROVIDER_ENVIRONMENT)) for key in os.environ)
+        )
+        """Whether the server runs as ``parley serve`` in a process of its own."""
         self.port = free_port()
         self.config_path = data_dir / "parley.yaml"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -36,11 +62,21 @@ class ParleyServer:
         self.env = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith(("PARLEY_", "OPENAI_", "ANTHROPIC_"))
+            if not key.startswith(("PARLEY_", *PROVIDER_ENVIRONMENT))
         }
         self.env.update({"PARLEY_DATA_DIR": str(data_dir), **(env or {})})
         self.log_path = data_dir / "server.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._live: LiveServer | None = None
+        self._log_handler: logging.Handler | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """The ``parley serve`` process (only with ``process=True``)."""
+        if not self.own_process:
+            raise AttributeError("this server runs in the test's process: ask process=True")
+        assert self._process is not None, "not started"
+        return self._process
 
     @property
     def url(self) -> str:
@@ -49,6 +85,14 @@ class ParleyServer:
     @property
     def db_path(self) -> Path:
         return self.data_dir / "parley.db"
+
+    def file_bytes(self, path: Path) -> bytes:
+        """A file of the server's, read by another process. Never open its database
+        files here while it runs in this process: closing any descriptor of a file
+        drops every POSIX lock the process holds on it, SQLite's included, and the
+        next process to open the database then resets the WAL under the server's
+        readers (they read a stale snapshot)."""
+        return subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
 
     def client(self, key: str, *, timeout: float = 30) -> httpx.Client:
         """An httpx client for ``/v1`` with ``key`` as the Bearer token."""
@@ -76,8 +120,10 @@ class ParleyServer:
         )
 
     def start(self) -> ParleyServer:
+        if not self.own_process:
+            return self._start_here()
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
+        self._process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -95,7 +141,7 @@ class ParleyServer:
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if self._process.poll() is not None:
                 raise RuntimeError(f"parley exited early:\n{self.log()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
@@ -105,25 +151,73 @@ class ParleyServer:
             time.sleep(0.05)
         raise RuntimeError(f"parley did not start:\n{self.log()}")
 
+    def _start_here(self) -> ParleyServer:
+        from parley.app import create_app
+        from parley.serving import ParleyUvicorn, uvicorn_config
+        from parley.settings import load_settings
+
+        settings = load_settings(self.config_path, data_dir=self.data_dir)
+        settings.server.host, settings.server.port = "127.0.0.1", self.port
+        # as `parley serve` logs (its basicConfig), into this server's log file
+        logging.getLogger("parley").setLevel(settings.server.log_level.upper())
+        app = create_app(settings)
+        server = ParleyUvicorn(uvicorn_config(app, settings, log_config=None))
+        live = LiveServer(server=server, start_timeout=30)
+        self._log_handler = _capture_log(self.log_path, live)
+        try:
+            self._live = live.start()
+        except BaseException:
+            self._stop_log()
+            raise
+        return self
+
+    def _stop_log(self) -> None:
+        handler, self._log_handler = self._log_handler, None
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
+        """Shut down (``sig``: the signal a process of its own is sent); its exit code."""
+        if self._live is not None:
+            if sig != signal.SIGTERM:
+                raise ValueError("a signal needs the server in a process of its own (process=True)")
+            self._live.stop()
+            self._live = None
+            self._stop_log()
+            return 0
+        process = self.process
+        if process.poll() is None:
+            process.send_signal(sig)
             try:
-                self.process.wait(timeout=30)
+                process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+                process.kill()
+                process.wait()
+        return process.returncode
 
     def __enter__(self) -> ParleyServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _capture_log(path: Path, server: LiveServer) -> logging.Handler:
+    """What ``server`` logs in this process (its thread and its event loop's tasks),
+    appended to ``path`` as ``parley serve`` would write it."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def mine(record: logging.LogRecord) -> bool:
+        return SERVING.get() is server
+
+    handler.addFilter(mine)
+    logging.getLogger().addHandler(handler)
+    return handler
 
 
 def api_error(response: httpx.Response, status: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 from tests.web.ui import (
     CHROMIUM_FLAGS,

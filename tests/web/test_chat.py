@@ -12,7 +12,7 @@ import time
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.support.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 from tests.web.ui import (
     api,

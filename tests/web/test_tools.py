@@ -10,7 +10,7 @@ from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
-from tests.support.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 from tests.web.ui import (
     assert_same_after_reload,

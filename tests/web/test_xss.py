@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.support.mock_openai import MockOpenAI, chunk, sse, usage
+from parley.testing.mock_openai import MockOpenAI, chunk, sse, usage
 from tests.support.server import ParleyServer
 from tests.web.ui import (
     PAYLOAD,

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from parley.testing.mock_openai import MockOpenAI
 from tests.conftest import server_config
-from tests.support.mock_openai import MockOpenAI
 from tests.support.server import ParleyServer
 
 if TYPE_CHECKING:

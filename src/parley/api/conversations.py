@@ -34,10 +34,10 @@ from parley.api.shapes import (
 )
 from parley.api.state import AppState
 from parley.conversations.approvals import pending
-from parley.conversations.citations import Citation
 from parley.errors import NotFound
 from parley.messages import TextPart, parts_to_json, reply_text
 from parley.store.branches import Versions
+from parley.store.citations import Citation
 from parley.store.feedback import Feedback, FeedbackStore
 from parley.store.repository import StoredConversation, StoredMessage
 from parley.tools.workspaces import remove_workspace

@@ -12,42 +12,13 @@ What does not belong here: saving them (``store/citations.py``), retrieval.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from parley.store.citations import Citation
 from parley.transforms.context import Snippet, UsedSnippet
 
 EXCERPT_CHARS = 2_000
 """The most of a chunk's text kept as a citation's excerpt."""
-
-
-@dataclass(frozen=True, slots=True)
-class Citation:
-    rank: int
-    """The source number the model saw ([1], [2] ...)."""
-    source: Literal["context", "tool"]
-    chunk_id: int | None
-    document_id: str | None
-    kb_id: str | None
-    title: str | None
-    score: float | None
-    excerpt: str
-    page: int | None
-    section: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "source": self.source,
-            "chunk_id": self.chunk_id,
-            "document_id": self.document_id,
-            "knowledge_base_id": self.kb_id,
-            "title": self.title,
-            "score": self.score,
-            "excerpt": self.excerpt,
-            "page": self.page,
-            "section": self.section,
-        }
 
 
 class Citations:

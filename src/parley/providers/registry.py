@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,10 +217,24 @@ def build_provider(config: ProviderSettings, client: httpx.AsyncClient) -> Provi
             return ScriptedProvider(config.name)
 
 
-def build_registry(settings: Settings, client: httpx.AsyncClient) -> ProviderRegistry:
-    configs = settings.effective_providers()
-    return ProviderRegistry(
-        [(config, build_provider(config, client)) for config in configs],
-        settings.models,
-        settings.default_model,
-    )
+def build_registry(
+    settings: Settings,
+    client: httpx.AsyncClient,
+    given: Mapping[str, Provider] | None = None,
+) -> ProviderRegistry:
+    """The settings' providers. ``given``: provider objects by name, in place of the
+    configured ones of that name; with them, the environment's and the local default
+    are not added (only what the settings name is built besides)."""
+    if not given:
+        configs = settings.effective_providers()
+        built = [(config, build_provider(config, client)) for config in configs]
+        return ProviderRegistry(built, settings.models, settings.default_model)
+    configured = {config.name: config for config in settings.providers}
+    providers: list[tuple[ProviderSettings, Provider]] = [
+        (config, given.get(config.name) or build_provider(config, client))
+        for config in settings.providers
+    ]
+    for name, provider in given.items():
+        if name not in configured:  # any model name reaches it
+            providers.append((ProviderSettings(name=name, kind="openai"), provider))
+    return ProviderRegistry(providers, settings.models, settings.default_model)

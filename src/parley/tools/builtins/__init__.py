@@ -12,16 +12,19 @@ name (or ``tools.default_tools``, or the knowledge and memory of its assistant).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from parley.settings import Settings
+    from parley.tools.protocol import Tool
     from parley.tools.registry import ToolRegistry
 
 
-def build_registry(settings: Settings) -> ToolRegistry:
+def build_registry(settings: Settings, *, extra: Sequence[Tool] = ()) -> ToolRegistry:
     """Every built-in tool; ``workspace_shell`` only when ``tools.shell.enabled``,
-    ``search_local_knowledgebase`` only when ``knowledge.enabled``.
+    ``search_local_knowledgebase`` only when ``knowledge.enabled``; then ``extra``
+    (an application's own tools; a name taken by a built-in one is a ValueError).
 
     The tool modules are imported here, not when the package is: importing one family
     (``builtins.session``) does not pull in the others' dependencies.
@@ -56,4 +59,6 @@ def build_registry(settings: Settings) -> ToolRegistry:
         registry.register(search_local_knowledgebase)
     registry.register(get_session_capabilities)
     registry.register(activate_tools)
+    for added in extra:
+        registry.register(added)
     return registry

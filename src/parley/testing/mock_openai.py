@@ -1,5 +1,9 @@
 """A real OpenAI-compatible upstream for tests: an HTTP server on loopback, scripted per test.
 
+    with MockOpenAI() as upstream:          # serves http://127.0.0.1:<port>/v1
+        upstream.queue_text("Hello", " there")
+        ...                                 # point a provider at upstream.base_url
+
 Tests queue replies (``queue_text``, ``queue_tool_calls``, ``queue_error``, ``queue_raw``)
 and read what the server received (``requests``). Each reply streams pre-encoded SSE
 bytes exactly as given, so a test can split frames at any byte, cut the connection,
@@ -20,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.loopback import Loopback
+from parley.testing.live import LiveServer
 
 
 @dataclass
@@ -169,12 +173,12 @@ class MockOpenAI:
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
-        self._loopback = Loopback(app)
-        self.port = self._loopback.start()
+        self._server = LiveServer(app)
+        self.port = self._server.start().port
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._loopback.stop()
+        self._server.stop(timeout=10)
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse(
