@@ -39,4 +39,6 @@ fi
 .venv/bin/ruff check src tests examples
 .venv/bin/ruff format --check src tests examples
 .venv/bin/mypy
+# the layers of src/parley ([tool.importlinter] in pyproject.toml)
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/pytest "$@"

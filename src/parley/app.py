@@ -52,6 +52,7 @@ from parley.api import knowledge as knowledge_api
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator, RevocationWatcher, authenticated
+from parley.api.chatchat_kb_tool import search_local_knowledgebase
 from parley.api.cookies import SessionCache
 from parley.api.idempotency import Idempotency
 from parley.api.json_depth import shallow_body
@@ -135,7 +136,8 @@ def create_app(
         )
         registry = build_registry(settings, client, providers)
         keys = KeyStore(database)
-        tool_registry = build_tools(settings, extra=tools)
+        chatchat = [search_local_knowledgebase] if settings.knowledge.enabled else []
+        tool_registry = build_tools(settings, extra=[*chatchat, *tools])
         audit_settings = settings.interceptors.audit
         audit = AuditLog(
             database,

@@ -23,7 +23,7 @@ from tests.support.server import ParleyServer, api_error
 
 from parley.api.mcp import ServerUpdate, check_admissible, check_reachable
 from parley.errors import PermissionDenied
-from parley.mcp.settings import McpServerSettings, McpSettings
+from parley.settings.mcp import McpServerSettings, McpSettings
 from parley.testing.mock_openai import MockOpenAI
 
 SERVER_SCRIPT = str(Path(servers.__file__))

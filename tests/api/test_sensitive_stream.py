@@ -19,7 +19,7 @@ from tests.conftest import db_rows, server_config
 from tests.support.server import ParleyServer
 
 from parley.interceptors.builtins.sensitive import SensitiveFilter
-from parley.interceptors.settings import SensitiveSettings
+from parley.settings.interceptors import SensitiveSettings
 from parley.testing.mock_openai import MockOpenAI
 
 WORDS = ["hunter2", "机密", "bad", "badly"]

@@ -42,7 +42,7 @@ from parley.bench.quality import (
 )
 from parley.bench.report import rows
 from parley.knowledge import lexical
-from parley.knowledge.settings import KnowledgeSettings
+from parley.settings.knowledge import KnowledgeSettings
 
 DECLARED = {
     ("lexical", "en"): 12,

@@ -21,9 +21,9 @@ import pytest
 from parley.extraction.clients import AttachmentReader, KnowledgeExtractor
 from parley.extraction.pool import ReaderCrashed, ReaderPool, ReadTimedOut
 from parley.extraction.protocol import ReadAttachment, Text
-from parley.extraction.settings import DocumentSettings
 from parley.knowledge.types import UnreadableDocument
 from parley.messages import FilePart
+from parley.settings.extraction import DocumentSettings
 from parley.transforms.documents import DocumentError, DocumentLimits
 
 pytestmark = pytest.mark.anyio
@@ -259,7 +259,7 @@ ORPHAN = """
 import asyncio, sys
 from parley.extraction.pool import ReaderPool
 from parley.extraction.protocol import ReadAttachment
-from parley.extraction.settings import DocumentSettings
+from parley.settings.extraction import DocumentSettings
 
 async def main() -> None:
     pool = ReaderPool(DocumentSettings(reader=sys.argv[1]))

@@ -17,15 +17,15 @@ from parley.interceptors.builtins.call_log import CallLogger
 from parley.interceptors.builtins.metadata import MetadataInjector
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, Services, TurnInfo
-from parley.interceptors.settings import (
-    AuditSettings,
-    LoggingInterceptorSettings,
-    MetadataSettings,
-)
 from parley.messages import TextPart, Usage, text_message
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.settings import Settings
+from parley.settings.interceptors import (
+    AuditSettings,
+    LoggingInterceptorSettings,
+    MetadataSettings,
+)
 from parley.store.audit import AuditLog, request_hash
 
 pytestmark = pytest.mark.anyio

@@ -22,9 +22,9 @@ from parley.identity import Caller
 from parley.interceptors.builtins.hooks import CommandHooks, HookDenied
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, ModelResponse, ToolCall, TurnEnd, TurnInfo
-from parley.interceptors.settings import HookSettings
 from parley.messages import Usage
 from parley.providers.protocol import ModelRequest
+from parley.settings.interceptors import HookSettings
 from parley.testing.mock_openai import MockOpenAI
 from parley.tools.function import function_tool
 from parley.tools.protocol import ToolOutput

@@ -23,11 +23,11 @@ from parley.interceptors.builtins.redaction import Redactor, Rule, StreamRedacto
 from parley.interceptors.builtins.sensitive import ContentRejected, SensitiveFilter
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import CallInfo, Purpose, Services, TurnInfo
-from parley.interceptors.settings import SensitiveSettings
 from parley.messages import ImagePart, Message, TextPart, Usage, text_message
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.settings import Settings
+from parley.settings.interceptors import SensitiveSettings
 from parley.store.audit import AuditLog
 from tests.support.probe import longest_pause
 

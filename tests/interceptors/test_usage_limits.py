@@ -28,11 +28,11 @@ from parley.interceptors.protocol import (
     Services,
     TurnInfo,
 )
-from parley.interceptors.settings import UsageLimitSettings
 from parley.messages import Message, TextPart, Usage, text_message
 from parley.providers.pricing import PriceCatalog
 from parley.providers.protocol import ModelRequest
 from parley.settings import Settings
+from parley.settings.interceptors import UsageLimitSettings
 from parley.store.database import Database
 from parley.store.usage import UsageStore, period_end, periods
 

@@ -17,8 +17,8 @@ from parley.errors import ConfigurationError
 from parley.knowledge import e5, e5_convert
 from parley.knowledge.e5 import E5_DIMENSIONS, E5_MODEL_ID, E5Embedder, Prepared
 from parley.knowledge.service import build_embedder
-from parley.knowledge.settings import KnowledgeSettings
 from parley.knowledge.types import EmbeddingError
+from parley.settings.knowledge import KnowledgeSettings
 
 pytestmark = pytest.mark.anyio
 

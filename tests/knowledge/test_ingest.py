@@ -18,8 +18,8 @@ from parley.errors import Overloaded
 from parley.knowledge.embeddings import HashEmbedder
 from parley.knowledge.ingest import document_path
 from parley.knowledge.service import KnowledgeService
-from parley.knowledge.settings import KnowledgeSettings
 from parley.knowledge.types import EmbeddingError
+from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
 from parley.store.knowledge import Document, KnowledgeBase
 from parley.store.schema import kb_chunks, kb_documents

@@ -13,7 +13,6 @@ from sqlalchemy import Column, Table, func, select
 
 from parley.errors import InvalidRequest
 from parley.knowledge.service import KnowledgeService
-from parley.knowledge.settings import KnowledgeSettings
 from parley.knowledge.temporary import (
     NAME_PREFIX,
     SWEEP_SECONDS,
@@ -22,6 +21,7 @@ from parley.knowledge.temporary import (
     find_temp_base,
     temporary_bases,
 )
+from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents, knowledge_bases
 

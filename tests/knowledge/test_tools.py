@@ -13,9 +13,9 @@ import pytest
 from parley.conversations.citations import Citations
 from parley.knowledge.embeddings import HashEmbedder
 from parley.knowledge.service import KnowledgeService
-from parley.knowledge.settings import KnowledgeSettings
 from parley.knowledge.tools import kb_search
 from parley.settings import Settings
+from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
 from parley.tools.protocol import ToolContext
 from parley.transforms.context import Snippet

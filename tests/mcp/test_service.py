@@ -10,8 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from parley.errors import InvalidRequest, PermissionDenied
+from parley.mcp.config import server_config
 from parley.mcp.service import McpChoice, McpService, UnavailableTool, split_tool_name
-from parley.mcp.settings import McpServerSettings, McpSettings, StoredServer, allowed_command
+from parley.settings.mcp import McpServerSettings, McpSettings, StoredServer, allowed_command
 from tests.mcp.test_client import ROOT, SERVER_SCRIPT
 
 pytestmark = pytest.mark.anyio
@@ -77,10 +78,13 @@ def test_the_bearer_token_comes_from_the_settings_or_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MY_MCP_TOKEN", "from-env")
-    assert McpServerSettings(url="https://x/mcp", bearer_token="t").config("x").bearer_token == "t"
+    assert (
+        server_config("x", McpServerSettings(url="https://x/mcp", bearer_token="t")).bearer_token
+        == "t"
+    )
     server = McpServerSettings(url="https://x/mcp", bearer_token_env="MY_MCP_TOKEN")
-    assert server.config("x").bearer_token == "from-env"
-    assert "from-env" not in repr(server.config("x"))
+    assert server_config("x", server).bearer_token == "from-env"
+    assert "from-env" not in repr(server_config("x", server))
 
 
 def test_the_allowlist_is_exact() -> None:

@@ -13,9 +13,10 @@ from sqlalchemy import Connection, insert, select
 from tests.support.migrations import migrate_to
 
 from parley.errors import Conflict
+from parley.mcp.config import server_config
 from parley.mcp.service import McpService
-from parley.mcp.settings import McpServerSettings, McpSettings
 from parley.settings import Settings
+from parley.settings.mcp import McpServerSettings, McpSettings
 from parley.store.database import Database
 from parley.store.mcp_servers import McpServerStore
 from parley.store.schema import assistants, mcp_servers
@@ -56,7 +57,7 @@ async def test_round_trip_keeps_every_field_and_the_real_token(
     assert read == created
     assert read.settings == _http()
     assert read.settings.token() == TOKEN
-    assert read.settings.config("remote").bearer_token == TOKEN
+    assert server_config("remote", read.settings).bearer_token == TOKEN
 
     def stored(conn: Connection) -> object:
         return conn.execute(select(mcp_servers.c.config)).scalar_one()

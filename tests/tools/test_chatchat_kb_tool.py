@@ -11,18 +11,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from parley.conversations.citations import Citations
-from parley.knowledge.service import KnowledgeService
-from parley.knowledge.settings import KnowledgeSettings
-from parley.settings import Settings
-from parley.store.database import Database
-from parley.tools.builtins.chatchat import (
+from parley.api.chatchat_kb_tool import (
     DataOutput,
     UnknownKnowledgeBase,
     base_names,
     search_knowledgebase,
     search_local_knowledgebase,
 )
+from parley.conversations.citations import Citations
+from parley.knowledge.service import KnowledgeService
+from parley.settings import Settings
+from parley.settings.knowledge import KnowledgeSettings
+from parley.store.database import Database
 from parley.tools.protocol import ToolContext
 
 pytestmark = pytest.mark.anyio

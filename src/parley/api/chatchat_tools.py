@@ -46,6 +46,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from parley.api.chatchat_common import reply
+from parley.api.chatchat_kb_tool import DataOutput, base_names
 from parley.api.openapi import answers
 from parley.api.shapes import Shape
 from parley.api.state import AppState
@@ -53,7 +54,6 @@ from parley.conversations.assistants import resolve_tool_policy
 from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.protocol import CallInfo, TurnInfo
-from parley.tools.builtins.chatchat import DataOutput, base_names
 from parley.tools.output import cap_output
 from parley.tools.protocol import Tool, ToolContext
 from parley.tools.workspaces import conversation_workspace, remove_workspace

@@ -59,7 +59,7 @@ from parley.errors import (
     RateLimited,
 )
 from parley.knowledge.service import KnowledgeService, SearchResult, UploadTooLarge
-from parley.knowledge.settings import MIN_CHUNK_SIZE
+from parley.settings.knowledge import MIN_CHUNK_SIZE
 from parley.store.kb_documents import OWNER_QUEUE_FULL, QUEUE_RETRY_SECONDS
 from parley.store.knowledge import ID_PREFIX, Document, KnowledgeBase
 

@@ -53,7 +53,7 @@ In a ``PATCH``, a field sent replaces the stored one whole and ``null`` puts it 
 its default; ``***`` (what the listing shows) keeps the stored secret, so a listed config
 can be sent back as it is.
 
-What does not belong here: the settings model (``mcp/settings.py``), the rows
+What does not belong here: the settings model (``settings/mcp.py``), the rows
 (``store/mcp_servers.py``), keeping the manager in step (``mcp/service.py``).
 """
 
@@ -70,7 +70,7 @@ from parley.api.openapi import answers
 from parley.api.shapes import McpImport, McpServer, McpServerDeleted, McpServerList, McpToolList
 from parley.api.state import AppState
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, PermissionDenied
-from parley.mcp.settings import (
+from parley.settings.mcp import (
     McpServerSettings,
     McpSettings,
     allowed_command,

@@ -54,9 +54,9 @@ from parley.knowledge.background import Floors
 from parley.knowledge.fusion import FUSION
 from parley.knowledge.index import MIN_COVERAGE, fetch_chunks, hybrid_search
 from parley.knowledge.service import KnowledgeService, build_embedder
-from parley.knowledge.settings import KnowledgeSettings
 from parley.knowledge.types import Embedder, Hit, KbRef
 from parley.settings import Settings
+from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
 from parley.store.knowledge import KnowledgeBase
 

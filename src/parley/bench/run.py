@@ -27,7 +27,7 @@ from parley.bench.knowledge import hybrid_retrieval, ingestion
 from parley.bench.quality import quality_markdown, retrieval_quality
 from parley.bench.report import markdown, plots
 from parley.bench.rig import Rig, Service
-from parley.knowledge.settings import KnowledgeSettings
+from parley.settings.knowledge import KnowledgeSettings
 
 QUALITY_PROFILES = ("full",)
 """The profiles that measure figure 14 (the smoke run stays seconds; ``--only quality``

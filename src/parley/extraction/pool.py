@@ -47,8 +47,8 @@ from parley.extraction.protocol import (
     decode_reply,
     encode,
 )
-from parley.extraction.settings import DocumentSettings
 from parley.extraction.slots import Slots
+from parley.settings.extraction import DocumentSettings
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from parley.errors import ConfigurationError
 from parley.interceptors.builtins import builtin_interceptors
 from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import Interceptor
-from parley.interceptors.settings import InterceptorEntry
 from parley.settings import Settings
+from parley.settings.interceptors import InterceptorEntry
 
 if TYPE_CHECKING:
     from parley.providers.pricing import PriceCatalog

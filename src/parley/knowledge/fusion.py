@@ -5,9 +5,11 @@
   cubed: one shared word counts next to nothing), half its cosine rescaled among the
   candidates. Chosen by measuring seven variants on figure 14's corpus with two
   embedders (see ``COVERAGE_POWER``).
-- ``fuse``: reciprocal rank fusion, kept for callers that have ranks alone (figure 11's
-  sequential timing). It rewarded any chunk in both lists, so that distractors sharing
-  "how" or "the" with a question beat the passage found by meaning alone (figure 14).
+- ``reciprocal_ranks``: reciprocal rank fusion of any rankings (memory recall uses it,
+  with its own tie-break); ``fuse`` applies it to chunks, kept for callers that have
+  ranks alone (figure 11's sequential timing). It rewarded any chunk in both lists, so
+  that distractors sharing "how" or "the" with a question beat the passage found by
+  meaning alone (figure 14).
 
 What does not belong here: the searches themselves (``index.py``), terms (``lexical.py``).
 """
@@ -15,10 +17,13 @@ What does not belong here: the searches themselves (``index.py``), terms (``lexi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from parley.knowledge.types import Hit
+
+K = TypeVar("K", bound=Hashable)
 
 RRF_K = 60
 """``fuse``'s k (reciprocal rank fusion, kept for callers that fuse ranks alone)."""
@@ -48,33 +53,52 @@ FUSION = (
 """How ``hybrid_search`` fuses, in words (figure 14 records it)."""
 
 
-def fuse(lists: Sequence[Sequence[tuple[int, float]]], *, k: int = RRF_K, limit: int) -> list[Hit]:
-    """Reciprocal rank fusion: each chunk scores the sum of 1 / (k + rank) over the lists
-    it is in (rank 1-based; a chunk repeated within a list counts at its first place).
-    The first list's ranks are reported as ``lexical_rank``, the second's as
-    ``vector_rank``. Ties: the better best rank first, then the lower chunk id."""
-    ranks: dict[int, list[int | None]] = {}
-    for position, ranked in enumerate(lists):
+@dataclass(frozen=True, slots=True)
+class Fused(Generic[K]):
+    """One item of a reciprocal rank fusion: its score and its rank in each ranking."""
+
+    key: K
+    score: float
+    ranks: tuple[int | None, ...]
+    """1-based, per ranking in order (None: absent from it)."""
+
+    @property
+    def best(self) -> int:
+        return min(r for r in self.ranks if r is not None)
+
+
+def reciprocal_ranks(rankings: Sequence[Sequence[K]], *, k: int = RRF_K) -> list[Fused[K]]:
+    """Reciprocal rank fusion: each item scores the sum of 1 / (k + rank) over the
+    rankings it is in (an item repeated within a ranking counts at its first place).
+    Unordered: callers break ties their own way."""
+    ranks: dict[K, list[int | None]] = {}
+    for position, ranking in enumerate(rankings):
         rank = 0
-        for chunk_id, _score in ranked:
-            slots = ranks.setdefault(chunk_id, [None] * len(lists))
+        for key in ranking:
+            slots = ranks.setdefault(key, [None] * len(rankings))
             if slots[position] is None:
                 rank += 1
                 slots[position] = rank
-    scored = []
-    for chunk_id, slots in ranks.items():
-        present = [r for r in slots if r is not None]
-        score = math.fsum(1.0 / (k + r) for r in present)
-        scored.append((-score, min(present), chunk_id, slots))
-    scored.sort(key=lambda item: item[:3])
+    return [
+        Fused(key, math.fsum(1.0 / (k + r) for r in slots if r is not None), tuple(slots))
+        for key, slots in ranks.items()
+    ]
+
+
+def fuse(lists: Sequence[Sequence[tuple[int, float]]], *, k: int = RRF_K, limit: int) -> list[Hit]:
+    """``reciprocal_ranks`` of chunk rankings (chunk id, score). The first list's ranks
+    are reported as ``lexical_rank``, the second's as ``vector_rank``. Ties: the better
+    best rank first, then the lower chunk id."""
+    fused = reciprocal_ranks([[chunk_id for chunk_id, _ in ranked] for ranked in lists], k=k)
+    fused.sort(key=lambda item: (-item.score, item.best, item.key))
     return [
         Hit(
-            chunk_id=chunk_id,
-            score=-negative,
-            lexical_rank=slots[0] if slots else None,
-            vector_rank=slots[1] if len(slots) > 1 else None,
+            chunk_id=item.key,
+            score=item.score,
+            lexical_rank=item.ranks[0] if item.ranks else None,
+            vector_rank=item.ranks[1] if len(item.ranks) > 1 else None,
         )
-        for negative, _best, chunk_id, slots in scored[:limit]
+        for item in fused[:limit]
     ]
 
 

@@ -34,9 +34,9 @@ from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
 from parley.knowledge.ingest import Ingestor, document_path
 from parley.knowledge.lanes import indexing_lane
 from parley.knowledge.reading import Extractor, InlineExtractor
-from parley.knowledge.settings import MIN_CHUNK_SIZE, KnowledgeSettings
 from parley.knowledge.types import Embedder, EmbeddingError, Judge, KbRef
 from parley.knowledge.vectors import VectorIndexes
+from parley.settings.knowledge import MIN_CHUNK_SIZE, KnowledgeSettings
 from parley.store.database import Database
 from parley.store.kb_documents import QUEUE_RETRY_SECONDS, owner_queue_full
 from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore

@@ -30,7 +30,7 @@ from weakref import WeakKeyDictionary
 
 from parley.errors import InvalidRequest
 from parley.knowledge.service import KnowledgeService
-from parley.knowledge.settings import MIN_CHUNK_SIZE
+from parley.settings.knowledge import MIN_CHUNK_SIZE
 from parley.store.knowledge import ID_PREFIX, KnowledgeBase
 
 log = logging.getLogger(__name__)

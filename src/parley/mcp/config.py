@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from parley.settings.mcp import McpServerSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +53,20 @@ class ServerConfig:
                 "reconnect_backoff_seconds must be positive and at most "
                 "max_reconnect_backoff_seconds"
             )
+
+
+def server_config(name: str, settings: McpServerSettings) -> ServerConfig:
+    """The client's view of the server ``settings`` configure under ``name``."""
+    return ServerConfig(
+        name=name,
+        transport=settings.kind,
+        command=settings.command,
+        args=tuple(settings.args),
+        env=dict(settings.env),
+        cwd=settings.cwd,
+        url=settings.url,
+        headers=dict(settings.headers),
+        bearer_token=settings.token(),
+        timeout_seconds=settings.timeout,
+        enabled=settings.enabled,
+    )

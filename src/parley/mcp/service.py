@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from parley.errors import InvalidRequest, ParleyError
+from parley.mcp.config import server_config
 from parley.mcp.manager import Listing, McpManager
-from parley.mcp.settings import McpServerSettings, McpSettings, StoredServer
 from parley.mcp.tools import McpTool
 from parley.messages import ToolSpec
+from parley.settings.mcp import McpServerSettings, McpSettings, StoredServer
 from parley.tools.protocol import ToolContext, ToolOutput
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ class McpService:
             self._loaded_at = self._clock()  # not again at once
 
     def _apply(self) -> None:
-        configs = [server.config(name) for name, server in self.settings.servers.items()]
+        configs = [server_config(name, server) for name, server in self.settings.servers.items()]
         self._refused = {}
         for name, row in self._stored.items():
             if name in self.settings.servers:
@@ -179,7 +180,7 @@ class McpService:
                 except ParleyError as exc:
                     self._refused[name] = exc.message
                     server = server.model_copy(update={"enabled": False})
-            configs.append(server.config(name))
+            configs.append(server_config(name, server))
         self.manager.configure(configs)
 
     def configured(self, name: str) -> bool:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parley.knowledge.fusion import reciprocal_ranks
 from parley.knowledge.types import Embedder
 from parley.memory.store import (
     Memory,
@@ -211,27 +212,14 @@ class MemoryService:
 def fuse(lexical: Sequence[Memory], semantic: Sequence[Memory], top_k: int) -> list[Recalled]:
     """Reciprocal rank fusion of two rankings (best first) into the first ``top_k``;
     ties go to the better lexical rank, then the newer memory."""
-    table: dict[str, Recalled] = {}
-    for rank, memory in enumerate(lexical, start=1):
-        table[memory.id] = Recalled(memory, 1 / (RRF_K + rank), lexical_rank=rank)
-    for rank, memory in enumerate(semantic, start=1):
-        seen = table.get(memory.id)
-        score = 1 / (RRF_K + rank)
-        if seen is None:
-            table[memory.id] = Recalled(memory, score, vector_rank=rank)
-        else:
-            table[memory.id] = Recalled(
-                seen.memory, seen.score + score, lexical_rank=seen.lexical_rank, vector_rank=rank
-            )
-    ranked = sorted(
-        table.values(),
-        key=lambda r: (
-            -r.score,
-            r.lexical_rank if r.lexical_rank is not None else len(lexical) + 1,
-            -r.memory.created_at,
-        ),
-    )
-    return ranked[:top_k]
+    memories = {memory.id: memory for memory in (*lexical, *semantic)}
+    fused = reciprocal_ranks([[m.id for m in lexical], [m.id for m in semantic]], k=RRF_K)
+    absent = len(lexical) + 1
+    fused.sort(key=lambda f: (-f.score, f.ranks[0] or absent, -memories[f.key].created_at))
+    return [
+        Recalled(memories[f.key], f.score, lexical_rank=f.ranks[0], vector_rank=f.ranks[1])
+        for f in fused[:top_k]
+    ]
 
 
 class _Retriever:

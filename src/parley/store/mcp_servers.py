@@ -29,7 +29,7 @@ from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from parley.errors import Conflict
-from parley.mcp.settings import McpServerSettings, StoredServer, check_server_name
+from parley.settings.mcp import McpServerSettings, StoredServer, check_server_name
 from parley.store.database import Database
 from parley.store.schema import mcp_servers
 

@@ -24,7 +24,7 @@ from parley.interceptors.protocol import (
     Services,
     ToolCall,
 )
-from parley.interceptors.settings import AuditSettings
+from parley.settings.interceptors import AuditSettings
 from parley.store.audit import AuditLog, AuditRecord
 from parley.tools.protocol import ToolOutput
 

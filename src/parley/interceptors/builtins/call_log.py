@@ -21,8 +21,8 @@ from parley.interceptors.protocol import (
     ToolCall,
     TurnEnd,
 )
-from parley.interceptors.settings import LoggingInterceptorSettings
 from parley.providers.protocol import ModelRequest
+from parley.settings.interceptors import LoggingInterceptorSettings
 from parley.tools.protocol import ToolOutput
 
 log = logging.getLogger("parley.calls")

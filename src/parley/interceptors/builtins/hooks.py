@@ -60,10 +60,10 @@ from parley.interceptors.protocol import (
     TurnEnd,
     TurnInfo,
 )
-from parley.interceptors.settings import HookEvent, HookSettings
 from parley.messages import Usage
 from parley.processes import kill_group, wait_exited
 from parley.providers.protocol import ModelRequest
+from parley.settings.interceptors import HookEvent, HookSettings
 from parley.tools.protocol import ToolOutput
 
 log = logging.getLogger(__name__)

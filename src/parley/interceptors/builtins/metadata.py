@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from parley.interceptors.protocol import CallInfo, Interceptor
-from parley.interceptors.settings import MetadataSettings
 from parley.messages import Message, TextPart
 from parley.providers.protocol import ModelRequest
+from parley.settings.interceptors import MetadataSettings
 
 
 class MetadataInjector(Interceptor):

@@ -53,10 +53,10 @@ from parley.interceptors.builtins.redaction import (
     StreamRedactor,
 )
 from parley.interceptors.protocol import CallInfo, Interceptor, ModelResponse, Services, ToolCall
-from parley.interceptors.settings import SensitiveSettings
 from parley.messages import Message, Part, TextPart
 from parley.patterns import Budget
 from parley.providers.protocol import ModelRequest
+from parley.settings.interceptors import SensitiveSettings
 from parley.store.audit import AuditLog
 from parley.tools.protocol import ToolOutput
 

@@ -45,7 +45,6 @@ from parley.interceptors.protocol import (
     ModelResponse,
     Services,
 )
-from parley.interceptors.settings import UsageLimit, UsageLimitSettings
 from parley.messages import (
     CitationPart,
     ImagePart,
@@ -56,6 +55,7 @@ from parley.messages import (
 )
 from parley.providers.pricing import PriceCatalog, usage_cost
 from parley.providers.protocol import ModelRequest
+from parley.settings.interceptors import UsageLimit, UsageLimitSettings
 from parley.store.usage import UsageStore, period_end, periods
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,9 @@
 Each module holds a family of tools written with ``function_tool``: ``session.py``
 (time, conversation search, capabilities, ``activate_tools``), ``web.py``
 (``web_fetch``), ``workspace.py`` (the per-conversation file tools and the optional
-shell), ``calculate.py`` and ``chatchat.py`` (Langchain-Chatchat's ``calculate`` and
-``search_local_knowledgebase``, under Chatchat's names); the memory tools
+shell), ``calculate.py`` (Langchain-Chatchat's ``calculate``, under its name; its
+``search_local_knowledgebase`` is the Chatchat door's, ``api/chatchat_kb_tool.py``,
+registered by the app when knowledge is on); the memory tools
 (``memory/tools.py``) and knowledge tools (``knowledge/tools.py``) live with their
 services. Registering a tool only makes it exist: a request still has to enable it by
 name (or ``tools.default_tools``, or the knowledge and memory of its assistant).
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 
 def build_registry(settings: Settings, *, extra: Sequence[Tool] = ()) -> ToolRegistry:
-    """Every built-in tool; ``workspace_shell`` only when ``tools.shell.enabled``,
-    ``search_local_knowledgebase`` only when ``knowledge.enabled``; then ``extra``
+    """Every built-in tool; ``workspace_shell`` only when ``tools.shell.enabled``; then
+    ``extra``
     (an application's own tools; a name taken by a built-in one is a ValueError).
 
     The tool modules are imported here, not when the package is: importing one family
@@ -53,10 +54,6 @@ def build_registry(settings: Settings, *, extra: Sequence[Tool] = ()) -> ToolReg
     for tool in (*MEMORY_TOOLS, *KNOWLEDGE_TOOLS):
         registry.register(tool)
     registry.register(calculate)
-    if settings.knowledge.enabled:
-        from parley.tools.builtins.chatchat import search_local_knowledgebase
-
-        registry.register(search_local_knowledgebase)
     registry.register(get_session_capabilities)
     registry.register(activate_tools)
     for added in extra:

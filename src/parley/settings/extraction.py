@@ -2,7 +2,7 @@
 attachments and knowledge uploads into text (``settings.py`` includes it;
 ``examples/parley.yaml`` documents every key). The knowledge-only limits
 (``knowledge.extract_timeout_seconds``, ``knowledge.max_pdf_pages``) are in
-``knowledge/settings.py``.
+``settings/knowledge.py``.
 
 What does not belong here: the YAML file and the environment (``settings.py``).
 """

@@ -19,12 +19,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-
-if TYPE_CHECKING:  # the SDK is imported only when a server is used
-    from parley.mcp.config import ServerConfig
 
 SERVER_NAME = re.compile(r"^(?!.*__)(?!.*_$)[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 """Letters, digits, ``-`` and single ``_``, at most 32, not ending in ``_``: a server's name
@@ -89,24 +86,6 @@ class McpServerSettings(_Section):
         if self.bearer_token_env:
             return os.environ.get(self.bearer_token_env) or None
         return None
-
-    def config(self, name: str) -> ServerConfig:
-        """The client's view of this server."""
-        from parley.mcp.config import ServerConfig
-
-        return ServerConfig(
-            name=name,
-            transport=self.kind,
-            command=self.command,
-            args=tuple(self.args),
-            env=dict(self.env),
-            cwd=self.cwd,
-            url=self.url,
-            headers=dict(self.headers),
-            bearer_token=self.token(),
-            timeout_seconds=self.timeout,
-            enabled=self.enabled,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,10 +26,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from parley.extraction.settings import DocumentSettings
-from parley.interceptors.settings import InterceptorSettings
-from parley.knowledge.settings import KnowledgeSettings, MemorySettings
-from parley.mcp.settings import McpSettings
+from parley.settings.extraction import DocumentSettings
+from parley.settings.interceptors import InterceptorSettings
+from parley.settings.knowledge import KnowledgeSettings, MemorySettings
+from parley.settings.mcp import McpSettings
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "local", "scripted"]
 
