@@ -17,7 +17,7 @@ from parley.knowledge.tools import kb_search
 from parley.settings import Settings
 from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
-from parley.tools.protocol import ToolContext
+from parley.tools.protocol import Reach, ToolContext
 from parley.transforms.context import Snippet
 
 pytestmark = pytest.mark.anyio
@@ -61,10 +61,8 @@ async def test_kb_search_fences_passages_and_numbers_citations_after_existing_on
             conversation_id="conv_1",
             call_id="call_1",
             workspace=tmp_path / "ws",
-            settings=Settings(data_dir=tmp_path),
-            knowledge_bases=(base.id,),
-            knowledge=knowledge,
-            citations=citations,
+            settings=Settings(data_dir=tmp_path).tools,
+            reach=Reach(knowledge_bases=(base.id,), knowledge=knowledge, citations=citations),
         )
         output = await kb_search.run({"query": "Velmora lighthouses", "limit": 4}, context)
         assert not output.is_error, output.content

@@ -34,7 +34,7 @@ from parley.memory.tools import (
 from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.database import Database
-from parley.tools.protocol import ToolContext
+from parley.tools.protocol import Reach, ToolContext
 from parley.transforms.context import TransformContext
 from tests.support.assistants import own_assistants
 
@@ -347,10 +347,12 @@ def _context(
         conversation_id="conv_7",
         call_id="call_1",
         workspace=tmp_path / "ws",
-        settings=Settings(data_dir=tmp_path),
-        assistant_id=ASSISTANT if scope == ASSISTANT else None,
-        memory=service,
-        memory_scope=scope,
+        settings=Settings(data_dir=tmp_path).tools,
+        reach=Reach(
+            assistant_id=ASSISTANT if scope == ASSISTANT else None,
+            memory=service,
+            memory_scope=scope,
+        ),
     )
 
 

@@ -26,7 +26,7 @@ def tool_context(
         conversation_id=conversation_id,
         call_id="call_1",
         workspace=workspace or tmp_path / "ws" / conversation_id,
-        settings=settings,
-        store=store,
+        settings=settings.tools,
+        messages=store,
         session=session,
     )

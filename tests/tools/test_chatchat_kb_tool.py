@@ -23,7 +23,7 @@ from parley.knowledge.service import KnowledgeService
 from parley.settings import Settings
 from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
-from parley.tools.protocol import ToolContext
+from parley.tools.protocol import Reach, ToolContext
 
 pytestmark = pytest.mark.anyio
 
@@ -63,15 +63,16 @@ async def knowledge(database: Database, tmp_path: Path) -> AsyncIterator[Knowled
         await service.close()
 
 
-def _context(tmp_path: Path, knowledge: KnowledgeService | None, **extra: object) -> ToolContext:
+def _context(
+    tmp_path: Path, knowledge: KnowledgeService | None, citations: Citations | None = None
+) -> ToolContext:
     return ToolContext(
         owner="alice",
         conversation_id="conv_1",
         call_id="call_1",
         workspace=tmp_path / "ws",
-        settings=Settings(data_dir=tmp_path),
-        knowledge=knowledge,
-        **extra,  # type: ignore[arg-type]
+        settings=Settings(data_dir=tmp_path).tools,
+        reach=Reach(knowledge=knowledge, citations=citations),
     )
 
 

@@ -216,7 +216,7 @@ async def test_the_rest_can_be_read_back_with_workspace_read(tmp_path: Path) -> 
         conversation_id="c",
         call_id="call_8",
         workspace=workspace,
-        settings=Settings(data_dir=tmp_path),
+        settings=Settings(data_dir=tmp_path).tools,
     )
     output = await workspace_read.run(
         {"path": "tool_outputs/call_7.txt", "offset": offset, "limit": 500}, context

@@ -28,7 +28,7 @@ from parley.tools.builtins.workspace import (
 )
 from parley.tools.function import FunctionTool
 from parley.tools.output import spill_output
-from parley.tools.protocol import ToolContext, ToolError, ToolOutput
+from parley.tools.protocol import Reach, ToolContext, ToolError, ToolOutput
 from tests.tools.contexts import tool_context
 
 pytestmark = pytest.mark.anyio
@@ -107,15 +107,15 @@ async def test_the_searches_of_a_turn_share_one_budget(context: ToolContext) -> 
     """Each search had 2 s: a model calling it 50 times in one step held the thread pool
     for 100 s of searching. A turn's searches now share that time."""
     await ok(workspace_write, context, path="a.txt", content="\n".join(["a" * 40 + "!"] * 50))
-    turn = replace(context, searches=Budget(0.2))
+    turn = replace(context, reach=Reach(searches=Budget(0.2)))
     started = time.monotonic()
     first = await ok(workspace_search, turn, query="(a|aa)+$", regex=True)
     second = await ok(workspace_search, turn, query="(a|aa)+$", regex=True)
     assert time.monotonic() - started < 1.5
     assert "ran out" in first
     assert "ran out" in second
-    assert turn.searches is not None
-    assert turn.searches.left == 0
+    assert turn.reach.searches is not None
+    assert turn.reach.searches.left == 0
     # plain text needs no time budget, and finds what there is
     assert "50 matching lines" in await ok(workspace_search, turn, query="aaa!")
 
@@ -179,7 +179,7 @@ async def test_pages_stay_under_the_spill_size(context: ToolContext) -> None:
     wide = "漢字" * 20_000  # 3 bytes a character: 20,000 characters would spill
     await ok(workspace_write, context, path="wide.txt", content=wide)
     first = await ok(workspace_read, context, path="wide.txt")
-    assert len(first.encode()) <= context.settings.tools.spill_bytes
+    assert len(first.encode()) <= context.settings.spill_bytes
     end = int(re.search(r"characters 0-(\d+)", first).group(1))  # type: ignore[union-attr]
     assert 5_000 < end < 20_000
     assert first.split("\n")[1] == wide[:end]
@@ -316,7 +316,7 @@ def shell_context(request: pytest.FixtureRequest, tmp_path: Path) -> ToolContext
 
 def _seen_path(context: ToolContext) -> str:
     """Where the command sees its workspace: /workspace in the sandbox."""
-    unsafe = context.settings.tools.shell.unsafe_without_sandbox
+    unsafe = context.settings.shell.unsafe_without_sandbox
     return str(context.workspace.resolve()) if unsafe else "/workspace"
 
 

@@ -486,16 +486,10 @@ class AgentLoop:
             conversation_id=request.conversation_id,
             call_id=call.id,
             workspace=session.workspace,
-            settings=self._settings,
-            store=self._store,
+            settings=self._settings.tools,
+            reach=request.reach,
+            messages=self._store,
             session=session,
-            assistant_id=request.reach.assistant_id,
-            knowledge_bases=request.reach.knowledge_bases,
-            knowledge=request.reach.knowledge,
-            memory=request.reach.memory,
-            memory_scope=request.reach.memory_scope,
-            citations=request.reach.citations,
-            searches=request.reach.searches,
         )
 
     def _is_pinned(self, request: AgentRequest, name: str) -> bool:

@@ -110,10 +110,8 @@ async def search_local_knowledgebase(database: str, query: str, context: ToolCon
         database: The name of the knowledge base to search.
         query: What to look for, in natural language or keywords.
     """
-    knowledge = context.knowledge
-    if knowledge is None:
-        if not context.settings.knowledge.enabled:
-            raise ToolError("knowledge bases are turned off on this server (knowledge.enabled)")
+    knowledge = context.reach.knowledge
+    if knowledge is None:  # registered only while knowledge.enabled
         raise ToolError("knowledge bases cannot be searched from this request")
     if not query.strip():
         raise ToolError("query must not be empty")
@@ -121,8 +119,8 @@ async def search_local_knowledgebase(database: str, query: str, context: ToolCon
         knowledge, context.owner, database, query, VECTOR_SEARCH_TOP_K, SCORE_THRESHOLD
     )
     numbers: Sequence[int] = range(1, len(found) + 1)
-    if found and context.citations is not None:
-        numbers = context.citations.add([result.snippet() for result, _ in found])
+    if found and context.reach.citations is not None:
+        numbers = context.reach.citations.add([result.snippet() for result, _ in found])
     shown: dict[str, Any] = {
         "knowledge_base": database,
         "docs": [

@@ -55,7 +55,7 @@ from parley.identity import Caller
 from parley.ids import new_id
 from parley.interceptors.protocol import CallInfo, TurnInfo
 from parley.tools.output import cap_output
-from parley.tools.protocol import Tool, ToolContext
+from parley.tools.protocol import Reach, Tool, ToolContext
 from parley.tools.workspaces import conversation_workspace, remove_workspace
 
 router = APIRouter(tags=["langchain-chatchat"])
@@ -188,9 +188,9 @@ async def call_tool(
         conversation_id=None,
         call_id=call_id,
         workspace=conversation_workspace(settings.workspace_dir, owner, scratch),
-        settings=settings,
-        store=state.conversations,
-        knowledge=state.knowledge,
+        settings=settings.tools,
+        reach=Reach(knowledge=state.knowledge),
+        messages=state.conversations,
     )
     turn = TurnInfo(caller=caller or Caller(owner), source="chatchat")
     info = CallInfo("tool", name, turn, purpose="tool", call_id=call_id)

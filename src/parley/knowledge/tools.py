@@ -33,9 +33,9 @@ PASSAGE_CHARS = 2_000
 
 
 def _knowledge(context: ToolContext) -> KnowledgeService:
-    if context.knowledge is None or not context.knowledge_bases:
+    if context.reach.knowledge is None or not context.reach.knowledge_bases:
         raise ToolError(NO_BASES)
-    return context.knowledge
+    return context.reach.knowledge
 
 
 @function_tool
@@ -56,14 +56,14 @@ async def kb_search(
     knowledge = _knowledge(context)
     if not query.strip():
         raise ToolError("query must not be empty")
-    bases = await knowledge.store.resolve_existing(context.owner, context.knowledge_bases)
+    bases = await knowledge.store.resolve_existing(context.owner, context.reach.knowledge_bases)
     results = await knowledge.search(context.owner, bases, query, top_k=limit)
     if not results:
         return {"query": query, "results": [], "note": "no passage matched this query"}
     snippets = [r.snippet() for r in results]
     numbers = (
-        context.citations.add(snippets)
-        if context.citations is not None
+        context.reach.citations.add(snippets)
+        if context.reach.citations is not None
         else list(range(1, len(results) + 1))
     )
     return {
@@ -91,7 +91,7 @@ async def kb_search(
 async def kb_list(context: ToolContext) -> dict[str, Any]:
     """List the knowledge bases attached to this conversation, with their sizes."""
     knowledge = _knowledge(context)
-    bases = await knowledge.store.resolve_existing(context.owner, context.knowledge_bases)
+    bases = await knowledge.store.resolve_existing(context.owner, context.reach.knowledge_bases)
     listed = []
     for base in bases:
         counts = await knowledge.store.status_counts(context.owner, base.id)

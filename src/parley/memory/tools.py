@@ -36,9 +36,9 @@ NOT_ENABLED = "memory is not enabled for this conversation"
 
 
 def _memory(context: ToolContext) -> tuple[MemoryService, str]:
-    if context.memory is None or context.memory_scope is None:
+    if context.reach.memory is None or context.reach.memory_scope is None:
         raise ToolError(NOT_ENABLED)
-    return context.memory, context.memory_scope
+    return context.reach.memory, context.reach.memory_scope
 
 
 @function_tool

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from parley.knowledge.service import KnowledgeService
     from parley.memory.service import MemoryService
     from parley.patterns import Budget
-    from parley.settings import Settings
-    from parley.store.repository import ConversationStore
+    from parley.settings import ToolSettings
+    from parley.store.search import MessageMatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,31 +80,33 @@ class Reach:
 NO_REACH = Reach()
 
 
+class MessageSearch(Protocol):
+    """The owner's stored messages, searched (``conversation_search``)."""
+
+    async def search_messages(self, owner: str, query: str, *, limit: int) -> list[MessageMatch]:
+        """The owner's messages holding ``query``, newest first."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
+    """What a tool may use for one call: who asks and where, the ``tools`` settings,
+    and what the turn may reach. Nothing else of the server's."""
+
     owner: str
     """The caller (API key owner); tools only ever see this owner's data."""
     conversation_id: str | None
     call_id: str
     workspace: Path
     """This conversation's folder (may not exist yet; tools that write create it)."""
-    settings: Settings
-    store: ConversationStore | None = None
+    settings: ToolSettings
+    """The ``tools`` section (caps, the address guard, the shell)."""
+    reach: Reach = NO_REACH
+    """The knowledge and memory this request may reach, where a knowledge tool records
+    what it returned (citations), and the budget of the turn's workspace searches."""
+    messages: MessageSearch | None = None
+    """The stored messages (None: this request cannot search them)."""
     session: Session | None = None
-    assistant_id: str | None = None
-    """The assistant the conversation runs (None: none); memory tools use its scope."""
-    knowledge_bases: tuple[str, ...] = ()
-    """The knowledge base ids this request may search (already checked for the owner)."""
-    knowledge: KnowledgeService | None = None
-    memory: MemoryService | None = None
-    memory_scope: str | None = None
-    """Whose memories the memory tools read and write: an assistant id, "global", or
-    None (memory is off for this request)."""
-    citations: CitationSink | None = None
-    """Where a knowledge tool records the chunks it returned (they become citations)."""
-    searches: Budget | None = None
-    """The turn's budget for regular expressions in workspace searches (None: a search
-    has one of its own)."""
 
 
 class CitationSink(Protocol):

@@ -65,11 +65,11 @@ async def conversation_search(
         query: The text to look for, matched literally.
         limit: How many messages to return at most (1-50).
     """
-    if context.store is None:
+    if context.messages is None:
         raise ToolError("conversation_search is not available: this server keeps no history")
     if not query.strip():
         raise ToolError("query must not be empty")
-    matches = await context.store.search_messages(context.owner, query, limit=limit)
+    matches = await context.messages.search_messages(context.owner, query, limit=limit)
     return {
         "query": query,
         "results": [_result(match, query) for match in matches],

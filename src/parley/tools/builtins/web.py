@@ -102,7 +102,7 @@ async def web_fetch(context: ToolContext, url: str, max_chars: int = 20_000) -> 
     """
     if max_chars < 1:
         raise ToolError("max_chars must be at least 1")
-    limits = context.settings.tools.web_fetch
+    limits = context.settings.web_fetch
     result = await guarded_get(
         url,
         guard=AddressGuard(limits.allow_hosts),

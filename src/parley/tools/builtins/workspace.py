@@ -43,7 +43,7 @@ MAX_LIST_ENTRIES = 1000
 MAX_SEARCH_RESULTS = 500
 SEARCH_SECONDS = 2.0
 """What the regular expressions of one turn's workspace searches may take, all searches
-and lines together (``ToolContext.searches``; a search without a turn: its own)."""
+and lines together (``Reach.searches``; a search without a turn: its own)."""
 MAX_SEARCH_FILE_BYTES = 20 * 1024 * 1024
 """Bigger files are skipped by workspace_search."""
 MAX_MATCH_LINE_CHARS = 300
@@ -184,7 +184,7 @@ def workspace_read(context: ToolContext, path: str, offset: int = 0, limit: int 
     root = context.workspace.resolve()
     real = workspace_path(context.workspace, path)
     shown = _shown(root, real)
-    tools = context.settings.tools
+    tools = context.settings
     limit = max(1, min(limit, tools.max_output_chars - 500))
     budget = tools.spill_bytes - 512  # a page never spills into another file
     with _open_regular(real, path) as file:
@@ -342,7 +342,8 @@ def workspace_search(
     files = [real] if real.is_file() else [p for p in _walk(real) if not p.is_dir()]
     results: list[str] = []
     more = ""
-    budget = context.searches if context.searches is not None else Budget(SEARCH_SECONDS)
+    searches = context.reach.searches
+    budget = searches if searches is not None else Budget(SEARCH_SECONDS)
     try:
         # a regular expression spends what the turn's searches have left
         with budget.spend() if compiled else contextlib.nullcontext(0.0) as seconds:
@@ -437,7 +438,7 @@ async def workspace_shell(
         timeout_seconds: Stop the command after this many seconds (at most the server's
             limit, which is also the default).
     """
-    shell = context.settings.tools.shell
+    shell = context.settings.shell
     if not shell.enabled:
         raise ToolError("workspace_shell is disabled on this server (tools.shell.enabled).")
     if not command.strip() or "\x00" in command:
