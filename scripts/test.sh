@@ -41,4 +41,6 @@ fi
 .venv/bin/mypy
 # the layers of src/parley ([tool.importlinter] in pyproject.toml)
 .venv/bin/lint-imports --no-cache
-exec .venv/bin/pytest "$@"
+# Two workers by default (PARLEY_TEST_WORKERS: another number; 0 runs in this process).
+# A module's tests stay on one worker, with the servers their fixtures start.
+exec .venv/bin/pytest -n "${PARLEY_TEST_WORKERS:-2}" --dist loadfile "$@"

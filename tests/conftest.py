@@ -115,9 +115,10 @@ def db_rows(db_path: Path, query: str, *args: Any) -> list[sqlite3.Row]:
         connection.close()
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The suite never runs native model code in its own process: llama.cpp belongs in
-    the local model's worker (a crash there must cost one request, not the run)."""
-    if "llama_cpp" in sys.modules:
-        print("\nllama_cpp was imported into the pytest process; it belongs in a worker")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+@pytest.fixture(scope="session", autouse=True)
+def _no_native_model_code_here() -> Iterator[None]:
+    """The suite never runs native model code in its own processes: llama.cpp belongs in
+    the local model's worker (a crash there must cost one request, not the run). Checked
+    as each test process (each xdist worker) ends: a failure there fails the run."""
+    yield
+    assert "llama_cpp" not in sys.modules, "llama_cpp was imported into a test process"

@@ -36,7 +36,9 @@ def server(
             "keepalive_seconds": 1.0,
         },
     )
-    with ParleyServer(tmp_path_factory.mktemp("fairness"), config) as parley:
+    # its own process: the loop's lateness must be the server's, not the reading threads'
+    # of this test sharing an interpreter lock with it
+    with ParleyServer(tmp_path_factory.mktemp("fairness"), config, process=True) as parley:
         yield parley
 
 
