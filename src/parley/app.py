@@ -28,12 +28,6 @@ from parley.api import (
     assistants,
     branches,
     chat,
-    chatchat_feedback,
-    chatchat_kb,
-    chatchat_rag,
-    chatchat_server,
-    chatchat_temp,
-    chatchat_tools,
     context,
     conversations,
     embeddings,
@@ -52,7 +46,13 @@ from parley.api import knowledge as knowledge_api
 from parley.api import mcp as mcp_api
 from parley.api.admission import Admission
 from parley.api.auth import Authenticator, RevocationWatcher, authenticated
-from parley.api.chatchat_kb_tool import search_local_knowledgebase
+from parley.api.chatchat import feedback as chatchat_feedback
+from parley.api.chatchat import kb as chatchat_kb
+from parley.api.chatchat import rag as chatchat_rag
+from parley.api.chatchat import server as chatchat_server
+from parley.api.chatchat import temp as chatchat_temp
+from parley.api.chatchat import tools as chatchat_tools
+from parley.api.chatchat.kb_tool import search_local_knowledgebase
 from parley.api.cookies import SessionCache
 from parley.api.idempotency import Idempotency
 from parley.api.json_depth import shallow_body

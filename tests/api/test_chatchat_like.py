@@ -9,7 +9,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from parley.api.chatchat_kb import MAX_FILE_NAME, LikePattern, SearchBody
+from parley.api.chatchat.kb import MAX_FILE_NAME, LikePattern, SearchBody
 
 
 def _reference(pattern: str, text: str) -> bool:

@@ -23,7 +23,7 @@ from tests.conftest import server_config
 from tests.support.server import ParleyServer
 
 from parley.api.admission import is_guarded
-from parley.api.chatchat_prompts import NO_MATCH
+from parley.api.chatchat.prompts import NO_MATCH
 from parley.testing.mock_openai import MockOpenAI, text_frames
 
 GUIDE = (

@@ -174,8 +174,20 @@ class ParleyServer:
     def _stop_log(self) -> None:
         handler, self._log_handler = self._log_handler, None
         if handler is not None:
-            logging.getLogger().removeHandler(handler)
+            for logger in (logging.getLogger(), *logging.Logger.manager.loggerDict.values()):
+                if isinstance(logger, logging.Logger):
+                    logger.removeHandler(handler)
             handler.close()
+
+    def log_with(self, text: str, timeout: float = 10) -> str:
+        """The log, once ``text`` is in it (as it is after ``timeout`` otherwise): what a
+        request logs is written after its response is sent."""
+        deadline = time.monotonic() + timeout
+        log = self.log()
+        while text not in log and time.monotonic() < deadline:
+            time.sleep(0.02)
+            log = self.log()
+        return log
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -208,7 +220,9 @@ class ParleyServer:
 
 def _capture_log(path: Path, server: LiveServer) -> logging.Handler:
     """What ``server`` logs in this process (its thread and its event loop's tasks),
-    appended to ``path`` as ``parley serve`` would write it."""
+    appended to ``path`` as ``parley serve`` would write it. The handler goes on the root
+    logger and on uvicorn's loggers that do not pass their records up (uvicorn's own
+    logging configuration, applied by anything else in this process, stops them)."""
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
 
@@ -216,8 +230,21 @@ def _capture_log(path: Path, server: LiveServer) -> logging.Handler:
         return SERVING.get() is server
 
     handler.addFilter(mine)
-    logging.getLogger().addHandler(handler)
+    for logger in _log_roots():
+        logger.addHandler(handler)
     return handler
+
+
+def _log_roots() -> list[logging.Logger]:
+    """The root logger, and each of uvicorn's loggers whose records never reach it."""
+    roots = [logging.getLogger()]
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger: logging.Logger | None = logging.getLogger(name)
+        while logger is not None and logger.propagate:
+            logger = logger.parent
+        if logger is not None and logger not in roots:
+            roots.append(logger)
+    return roots
 
 
 def api_error(response: httpx.Response, status: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from parley.api.chatchat_kb_tool import (
+from parley.api.chatchat.kb_tool import (
     DataOutput,
     UnknownKnowledgeBase,
     base_names,

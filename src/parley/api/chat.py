@@ -96,7 +96,7 @@ async def _chat(request: Request, *, compat: bool) -> Response:
     if not compat:
         return await answer(state, request, caller, data)
     chatchat_body(data)
-    from parley.api.chatchat_rag import direct_tool_answer  # it answers through ``answer``
+    from parley.api.chatchat.rag import direct_tool_answer  # it answers through ``answer``
 
     direct = await direct_tool_answer(state, request, caller, data)
     if direct is not None:  # a tool chosen with its input: Chatchat calls it itself

@@ -7,7 +7,7 @@ browser keeps the declared type), a Content-Security-Policy that sandboxes it (n
 script, no same-origin access, nothing loaded but its own images and inline styles),
 and as an attachment, unless it is a raster image, a PDF or plain text: those a browser
 shows inline without running anything. A PDF goes without the policy: Chromium's viewer
-does not open a sandboxed one (``api/chatchat_docs.py`` learned it), and a response
+does not open a sandboxed one (``api/chatchat/docs.py`` learned it), and a response
 typed ``application/pdf`` and never sniffed is only ever shown by the PDF viewer, whose
 scripts (if any) do not run as this origin. The file name travels as RFC 5987's
 ``filename*`` (UTF-8, percent-encoded), which every browser in use reads.

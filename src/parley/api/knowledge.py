@@ -20,7 +20,7 @@ user-supplied content is (``api/downloads.py``): sandboxed, never sniffed, inlin
 when a raster image, a PDF or plain text, else as an attachment.
 
 What does not belong here: storage (``store/knowledge.py``), ingestion and search
-(``knowledge/``), Langchain-Chatchat's own API shapes (``api/chatchat_kb.py``).
+(``knowledge/``), Langchain-Chatchat's own API shapes (``api/chatchat/kb.py``).
 """
 
 from __future__ import annotations

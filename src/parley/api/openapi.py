@@ -24,7 +24,7 @@ FastAPI writes most of ``/openapi.json`` from the routes; ``install`` finishes i
 What belongs here: the helpers routes use to document what they answer (``answers``,
 ``json_body``, ``event_stream``, ``public``) and the finishing of the document. What does
 not: the shapes of the answers (``api/shapes.py``, ``api/completion_shapes.py``,
-``api/chatchat_shapes.py``), mapping errors to responses (``api/errors.py``).
+``api/chatchat/shapes.py``), mapping errors to responses (``api/errors.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,36 +23,36 @@ import orjson
 from fastapi import Request
 from starlette.responses import Response
 
-from parley.api.coalesce import Coalescer, Kind
+from parley.api.chunk_writer import (
+    ChunkWriter,
+    Ending,
+    Stage,
+    Write,
+    closing,
+    coalescing,
+    displaying,
+    finish_reason,
+)
+from parley.api.coalesce import Coalescer
 from parley.api.errors import error_response
 from parley.api.sse import (
-    DONE,
     ChunkEncoder,
     EventStream,
     usage_to_openai,
 )
 from parley.api.state import AppState
-from parley.api.statuses import OPENAI, AgentStatus, Dialect
+from parley.api.statuses import OPENAI, Dialect
 from parley.conversations.generation import Generation
 from parley.errors import (
     ParleyError,
     ProviderError,
 )
 from parley.events import (
-    FINISH_REASONS,
     Done,
     Event,
     Logprobs,
-    ReasoningDelta,
     Restart,
-    Status,
-    StepDone,
-    StopReason,
     StreamError,
-    TextDelta,
-    ToolCallDelta,
-    ToolFinished,
-    ToolStarted,
     UsageEvent,
 )
 from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
@@ -113,19 +113,6 @@ def _finish_status(generation: Generation, dialect: Dialect) -> int | None:
     return dialect.finish(tools_ran=bool(turn.server_calls()), waiting=bool(turn.pending_calls()))
 
 
-def _chatchat_call(
-    dialect: Dialect, tool: dict[str, Any], result: dict[str, Any]
-) -> dict[str, Any] | None:
-    """A server tool's start or end in the delta, as Chatchat's agent chat sends it
-    (``delta.tool_calls``, with ``tool_output`` and ``is_error``); None on other routes,
-    whose clients would take a call in the delta for one of their own to run."""
-    if not dialect.tool_calls_in_delta:
-        return None
-    function = {"name": tool["name"], "arguments": tool["arguments"]}
-    call = {"index": 0, "id": tool["id"], "type": "function", "function": function}
-    return {"content": "", "tool_calls": [{**call, **result}]}
-
-
 def _final_answer(generation: Generation, dialect: Dialect) -> str | None:
     """The whole answer again for the last chunk, when the dialect repeats it."""
     if not dialect.repeats_answer(waiting=bool(generation.turn.pending_calls())):
@@ -147,7 +134,7 @@ def stream_response(
     ``delta.function_call`` and it finishes with ``function_call``. ``dialect``: how
     the chunks' Chatchat ``status`` is numbered. ``header``: chunks sent first, before
     the role chunk (an empty delta, these fields at the top level: Chatchat's knowledge
-    chat sends its ``docs`` so)."""
+    chat sends its ``docs`` so). The events become frames in ``chunk_writer.py``."""
     encoder = ChunkEncoder(
         completion_id=f"chatcmpl-{generation.message_id}",
         created=generation.created,
@@ -156,177 +143,39 @@ def stream_response(
         message_id=generation.message_id,
         include_usage=include_usage,
     )
-    usage: list[Usage] = []
-    failed_first: list[ParleyError] = []
+    writers: list[ChunkWriter] = []
 
-    token = dialect.text(AgentStatus.LLM_NEW_TOKEN)
-
-    def run(write: Callable[[bytes | None], Awaitable[None]]) -> None:
-        started = False
-
-        async def write_text(kind: Kind, text: str) -> None:
-            await write(encoder.delta({kind: text}, token))
-
-        coalescer = Coalescer(coalesce_ms / 1000, write_text) if coalesce_ms else None
-
-        rewriter = (
-            DisplayRewriter(
-                generation.rules, with_storage_rules=True, budget=generation.rule_budget
-            )
-            or None
-            if generation.rules
-            else None
+    def ending() -> Ending:
+        return Ending(
+            _summary(generation),
+            _finish_status(generation, dialect),
+            _final_answer(generation, dialect),
         )
 
-        async def rewritten(event: Event) -> None:
-            if rewriter is not None:  # the assistant's display rules: shown, never stored
-                if isinstance(event, TextDelta):
-                    text = rewriter.feed(event.text)
-                    if not text:
-                        return
-                    event = TextDelta(text)
-                elif isinstance(event, Restart | StreamError):
-                    rewriter.finish()  # what it held belongs to output being dropped
-                elif not isinstance(event, ReasoningDelta | UsageEvent):
-                    # a step ends, a tool runs, the reply ends: what it held goes first
-                    tail = rewriter.finish()
-                    if tail:
-                        await shown(TextDelta(tail))
-            await shown(event)
-
-        async def shown(event: Event) -> None:
-            if coalescer is None:
-                await delivered(event)
-                return
-            try:
-                if coalescer is not None and started:
-                    if event.__class__ is TextDelta:
-                        await coalescer.add("content", event.text)
-                        return
-                    if event.__class__ is ReasoningDelta:
-                        await coalescer.add("reasoning_content", event.text)
-                        return
-                    await coalescer.flush()  # what is held goes before anything else
-                    if isinstance(event, Done | StreamError):
-                        coalescer.close()
-                await deliver(event)
-            except BaseException:
-                coalescer.close()
-                await write(None)  # whatever failed, the response ends
-                raise
-
-        async def delivered(event: Event) -> None:
-            try:
-                await deliver(event)
-            except BaseException:
-                await write(None)  # whatever failed, the response ends
-                raise
-
-        async def deliver(event: Event) -> None:
-            nonlocal started
-            if not started:
-                if isinstance(event, StreamError):
-                    failed_first.append(event.error)
-                    await write(None)
-                    return
-                if isinstance(event, Status | Restart | UsageEvent | StepDone):
-                    if isinstance(event, UsageEvent):
-                        usage.append(event.usage)
-                    return  # nothing to show (or clear) yet: the 200 waits for output
-                started = True
-                for fields in header:
-                    await write(encoder.progress(dialect.text(AgentStatus.LLM_START), {}, fields))
-                role = {"role": "assistant", "content": ""}
-                await write(encoder.delta(role, dialect.text(AgentStatus.LLM_START)))
-            match event:
-                case TextDelta(text=text):
-                    await write(encoder.delta({"content": text}, token))
-                case ReasoningDelta(text=text):
-                    if text:
-                        await write(encoder.delta({"reasoning_content": text}, token))
-                case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments) if (
-                    legacy
-                ):
-                    if index == 0:  # a legacy reply has one call (parallel calls are off)
-                        legacy_call = {"name": name, "arguments": arguments} if name else {}
-                        legacy_call.setdefault("arguments", arguments)
-                        await write(encoder.delta({"function_call": legacy_call}, token))
-                case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
-                    function: dict[str, str] = {"arguments": arguments}
-                    call: dict[str, Any] = {"index": index}
-                    if call_id is not None:  # a call's first fragment
-                        call["id"] = call_id
-                        call["type"] = "function"
-                        function = {"name": name or "", "arguments": arguments}
-                    elif name:
-                        function["name"] = name
-                    call["function"] = function
-                    await write(encoder.delta({"tool_calls": [call]}, token))
-                case ToolStarted(call_id=call_id, name=name, arguments=arguments):
-                    tool = {"id": call_id, "name": name, "arguments": arguments}
-                    result: dict[str, Any] = {"tool_output": None, "is_error": False}
-                    await write(
-                        encoder.progress(
-                            AgentStatus.TOOL_START,
-                            {"tool": {"phase": "start", **tool}},
-                            {"tool_calls": [{**tool, **result}]},
-                            delta=_chatchat_call(dialect, tool, result),
-                        )
-                    )
-                case ToolFinished():
-                    tool = {"id": event.call_id, "name": event.name, "arguments": event.arguments}
-                    result = {"tool_output": event.output, "is_error": event.is_error}
-                    seconds = round(event.seconds, 3)
-                    await write(
-                        encoder.progress(
-                            AgentStatus.TOOL_END,
-                            {"tool": {"phase": "end", **tool, **result, "seconds": seconds}},
-                            {"tool_calls": [{**tool, **result}]},
-                            delta=_chatchat_call(dialect, tool, result),
-                        )
-                    )
-                case Restart():
-                    restart = {
-                        "reason": event.reason,
-                        "attempt": event.attempt,
-                        "model": event.model,
-                        "delay_seconds": round(event.delay_seconds, 3),
-                        "clear": event.clear,
-                        "keep_content_chars": event.keep_content_chars,
-                    }
-                    await write(encoder.progress(token, {"restart": restart}))
-                case Status(name=name, detail=detail):
-                    # "thinking" opens each later step of an agent turn (Chatchat llm_start)
-                    step = AgentStatus.LLM_NEW_TOKEN
-                    if name == "thinking":
-                        step = AgentStatus.LLM_START
-                    status = {"name": name, "detail": detail}
-                    await write(encoder.progress(dialect.text(step), {"status": status}))
-                case Logprobs():
-                    await write(encoder.logprobs(event, token))
-                case UsageEvent(usage=event_usage):
-                    usage.append(event_usage)
-                case Done(stop_reason=reason):
-                    frames = encoder.finish(
-                        _finish_reason(reason, legacy),
-                        _summary(generation),
-                        _finish_status(generation, dialect),
-                        _final_answer(generation, dialect),
-                    )
-                    if include_usage:
-                        frames += encoder.usage(usage[-1] if usage else Usage())
-                    await write(frames + DONE)
-                    await write(None)
-                case StreamError(error=error):
-                    await write(encoder.error(error.message, error.type, error.code))
-                    await write(None)
-
-        # each layer only when it does something: most streams need neither
-        sink = rewritten if rewriter is not None else shown if coalescer else delivered
-        state.service.start(generation, sink)
+    def run(write: Write) -> None:
+        writer = ChunkWriter(
+            encoder,
+            write,
+            dialect=dialect,
+            legacy=legacy,
+            include_usage=include_usage,
+            header=header,
+            ending=ending,
+        )
+        writers.append(writer)
+        stage: Stage = writer
+        if coalesce_ms:
+            stage = coalescing(writer, Coalescer(coalesce_ms / 1000, writer.text))
+        if generation.rules:
+            rules, budget = generation.rules, generation.rule_budget
+            rewriter = DisplayRewriter(rules, with_storage_rules=True, budget=budget)
+            if rewriter:
+                stage = displaying(rewriter, stage)
+        state.service.start(generation, closing(stage, write))
 
     def first_failure() -> Response | None:
-        return failure_response(failed_first[0], generation) if failed_first else None
+        failed = writers[0].failed_first if writers else None
+        return None if failed is None else failure_response(failed, generation)
 
     return EventStream(
         run,
@@ -335,11 +184,6 @@ def stream_response(
         on_disconnect=generation.detach,  # cancels as server.on_disconnect says
         keepalive_seconds=state.settings.server.keepalive_seconds,
     )
-
-
-def _finish_reason(reason: StopReason, legacy: bool) -> str:
-    finish = FINISH_REASONS[reason]
-    return "function_call" if legacy and finish == "tool_calls" else finish
 
 
 async def collect(
@@ -466,7 +310,7 @@ def completion_body(
                 "logprobs": None
                 if logprobs is None
                 else {"content": list(logprobs.content), "refusal": list(logprobs.refusal)},
-                "finish_reason": _finish_reason(reply.done.stop_reason, legacy),
+                "finish_reason": finish_reason(reply.done.stop_reason, legacy),
             }
         ],
         "usage": usage_to_openai(reply.usage),

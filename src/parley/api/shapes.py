@@ -7,7 +7,7 @@ added to a body and not here is caught; free-form values (sampling, transformer
 settings, message parts, audit details) stay open.
 
 What does not belong here: chat completions, chunks and tasks
-(``api/completion_shapes.py``), Langchain-Chatchat's bodies (``api/chatchat_shapes.py``),
+(``api/completion_shapes.py``), Langchain-Chatchat's bodies (``api/chatchat/shapes.py``),
 request bodies (beside their routes).
 """
 

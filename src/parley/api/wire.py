@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from parley.api.chatchat_tool_names import resolve, skipped_note
+from parley.api.chatchat.tool_names import resolve, skipped_note
 from parley.api.wire_models import (
     MAX_DECISIONS,
     ApprovalDecision,

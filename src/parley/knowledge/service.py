@@ -9,7 +9,7 @@ usable vectors) and a retriever for the knowledge transformer.
 A search embeds the query once with the server's embedder and compares it only with
 bases whose vectors come from that same model; other bases are searched by words.
 
-What does not belong here: HTTP (``api/knowledge.py``, ``api/chatchat_kb.py``), the
+What does not belong here: HTTP (``api/knowledge.py``, ``api/chatchat/kb.py``), the
 SQL (``store/knowledge.py``, ``index.py``), the ingestion steps (``ingest.py``).
 """
 

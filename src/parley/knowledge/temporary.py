@@ -15,7 +15,7 @@ vectors and files) by a sweep that runs lazily, on temporary uploads and lookups
 most once per ``SWEEP_SECONDS`` per service; one sweep covers every owner. Between
 sweeps an expired base is already missing: ``find`` deletes it on the spot.
 
-What does not belong here: HTTP (``api/chatchat_temp.py``), the SQL
+What does not belong here: HTTP (``api/chatchat/temp.py``), the SQL
 (``store/knowledge.py``).
 """
 

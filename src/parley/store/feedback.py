@@ -5,7 +5,7 @@ feedback again replaces it (the last write wins). Feedback is given only on the 
 own replies: another owner's message, or a message that is not a reply, is treated as
 missing. Rows are deleted with their message (a foreign key), so with its conversation.
 
-What does not belong here: the route and its checks (``api/chatchat_feedback.py``).
+What does not belong here: the route and its checks (``api/chatchat/feedback.py``).
 """
 
 from __future__ import annotations

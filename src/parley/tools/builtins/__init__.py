@@ -4,7 +4,7 @@ Each module holds a family of tools written with ``function_tool``: ``session.py
 (time, conversation search, capabilities, ``activate_tools``), ``web.py``
 (``web_fetch``), ``workspace.py`` (the per-conversation file tools and the optional
 shell), ``calculate.py`` (Langchain-Chatchat's ``calculate``, under its name; its
-``search_local_knowledgebase`` is the Chatchat door's, ``api/chatchat_kb_tool.py``,
+``search_local_knowledgebase`` is the Chatchat door's, ``api/chatchat/kb_tool.py``,
 registered by the app when knowledge is on); the memory tools
 (``memory/tools.py``) and knowledge tools (``knowledge/tools.py``) live with their
 services. Registering a tool only makes it exist: a request still has to enable it by

@@ -16,7 +16,7 @@ error. Every failure (bad syntax, an unknown name, a division by zero, a limit) 
 ``ToolError`` whose message says what was wrong. ``^`` is refused with a hint (numexpr
 reads it as exclusive or, a model usually means a power).
 
-What does not belong here: the other Chatchat tool (``api/chatchat_kb_tool.py``).
+What does not belong here: the other Chatchat tool (``api/chatchat/kb_tool.py``).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from parley.api.chatchat_common import reply
-from parley.api.chatchat_shapes import Reply
+from parley.api.chatchat.common import reply
+from parley.api.chatchat.shapes import Reply
 from parley.api.openapi import answers
 from parley.api.state import AppState
 from parley.store.feedback import FeedbackStore

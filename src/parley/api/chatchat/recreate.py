@@ -4,9 +4,9 @@ every file of a base again, answered as Server-Sent Events, one per file as it f
 
 It is apart from the other file routes because it alone streams: its request body, the
 route and the progress stream belong here. Its shape and deviations are described in
-``api/chatchat_kb.py``, which includes this module's ``router`` into the one the app
-mounts. What does not belong here: the other routes (``api/chatchat_kb.py``,
-``api/chatchat_docs.py``), what the modules share (``api/chatchat_common.py``),
+``api/chatchat/kb.py``, which includes this module's ``router`` into the one the app
+mounts. What does not belong here: the other routes (``api/chatchat/kb.py``,
+``api/chatchat/docs.py``), what the modules share (``api/chatchat/common.py``),
 indexing itself (``KnowledgeService.reindex_base``).
 """
 
@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import StreamingResponse
 
-from parley.api.chatchat_common import (
+from parley.api.chatchat.common import (
     CHUNK_SIZE,
     OVERLAP_SIZE,
     PENDING,
@@ -37,7 +37,7 @@ from parley.api.chatchat_common import (
     reply,
     valid_name,
 )
-from parley.api.chatchat_shapes import RecreateEvent, Reply
+from parley.api.chatchat.shapes import RecreateEvent, Reply
 from parley.api.openapi import answers, event_stream
 from parley.errors import ParleyError
 from parley.knowledge.service import KnowledgeService
@@ -60,7 +60,7 @@ class RecreateBody(BaseModel):
 
 
 router = APIRouter()
-"""Without prefix or tags: ``api/chatchat_kb.py``'s router, which includes it, adds both."""
+"""Without prefix or tags: ``api/chatchat/kb.py``'s router, which includes it, adds both."""
 
 
 @router.post(

@@ -35,12 +35,12 @@ Deviations: Chatchat's ``file_chat`` answers Server-Sent Events even without
 ``prompt_name``, here it is used. A streamed answer restarted by a retry cannot take
 back the text file chat already sent: an event ``{"answer": "", "restart": {...}}``
 says so (the whole answer is right). Scores and thresholds are those of
-``/knowledge_base/search_docs`` (see ``api/chatchat_kb.py``).
+``/knowledge_base/search_docs`` (see ``api/chatchat/kb.py``).
 
 What does not belong here: the chat pipeline and its stream (``api/chat.py``,
-``api/replies.py``), the prompt templates (``api/chatchat_prompts.py``), temporary
-bases (``knowledge/temporary.py``, ``api/chatchat_temp.py``), the tools
-(``api/chatchat_tools.py``).
+``api/replies.py``), the prompt templates (``api/chatchat/prompts.py``), temporary
+bases (``knowledge/temporary.py``, ``api/chatchat/temp.py``), the tools
+(``api/chatchat/tools.py``).
 """
 
 from __future__ import annotations
@@ -57,16 +57,16 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import JSONResponse, Response
 
 from parley.api.chat import CHAT_ERRORS, answer, chat_request, read_json_object
-from parley.api.chatchat_common import find_base, valid_name
-from parley.api.chatchat_kb import (
+from parley.api.chatchat.common import find_base, valid_name
+from parley.api.chatchat.kb import (
     MAX_SCORE,
     SCORE_THRESHOLD,
     VECTOR_SEARCH_TOP_K,
     search_documents,
 )
-from parley.api.chatchat_prompts import NO_MATCH, rag_prompt
-from parley.api.chatchat_tool_names import resolve
-from parley.api.chatchat_tools import NoSuchTool, ToolCallResult, call_tool
+from parley.api.chatchat.prompts import NO_MATCH, rag_prompt
+from parley.api.chatchat.tool_names import resolve
+from parley.api.chatchat.tools import NoSuchTool, ToolCallResult, call_tool
 from parley.api.completion_shapes import (
     ChatCompletion,
     ChatCompletionChunk,

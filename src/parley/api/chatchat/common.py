@@ -2,9 +2,9 @@
 refusals, the caller and base lookup, Chatchat's defaults, listing a base's documents,
 and the pace of the waits for indexing.
 
-It serves ``api/chatchat_kb.py`` (the router, the knowledge-base routes and search,
-and the notes on Chatchat compatibility and deviations), ``api/chatchat_docs.py`` (the
-file routes) and ``api/chatchat_recreate.py`` (``recreate_vector_store``). A helper
+It serves ``api/chatchat/kb.py`` (the router, the knowledge-base routes and search,
+and the notes on Chatchat compatibility and deviations), ``api/chatchat/docs.py`` (the
+file routes) and ``api/chatchat/recreate.py`` (``recreate_vector_store``). A helper
 used by one of them only stays in that module; no route is defined here.
 """
 

@@ -5,7 +5,7 @@ Shapes are those of Langchain-Chatchat 0.3.x (``server/chat/file_chat.py``
 ``upload_temp_docs``, ``server/knowledge_base/kb_doc_api.py`` ``search_temp_docs``),
 called as its ``ApiRequest.upload_temp_docs`` calls them; the web UI keeps the answered
 id and chats with ``/knowledge_base/temp_kb/{id}/chat/completions``
-(``api/chatchat_rag.py``, which finds the base with ``knowledge.temporary.find_temp_base``).
+(``api/chatchat/rag.py``, which finds the base with ``knowledge.temporary.find_temp_base``).
 
 - ``POST upload_temp_docs`` multipart ``files`` (one or more) + ``prev_id`` (Chatchat's
   server) or ``knowledge_id`` (what ``ApiRequest`` sends; either names the base to add
@@ -15,7 +15,7 @@ id and chats with ``/knowledge_base/temp_kb/{id}/chat/completions``
   ``msg``), so a file that could not be read is in ``failed_files``.
 - ``POST search_temp_docs`` JSON ``{knowledge_id, query, top_k=3, score_threshold=2.0}``:
   a bare list ``[{id, page_content, metadata, type, score}]`` as ``search_docs``
-  answers (scores: see ``api/chatchat_kb.py``).
+  answers (scores: see ``api/chatchat/kb.py``).
 
 A temporary base is a real knowledge base of the caller's (``knowledge/temporary.py``):
 Parley's indexing and hybrid search, left out of both listings, deleted with its files
@@ -30,7 +30,7 @@ ignored. The upload limits are Parley's (``knowledge.max_upload_bytes`` per file
 411 or 413, a file over them is in ``failed_files``.
 
 What does not belong here: the bases' lifetime and sweep (``knowledge/temporary.py``),
-Chatchat's permanent bases (``api/chatchat_kb.py``, ``api/chatchat_docs.py``).
+Chatchat's permanent bases (``api/chatchat/kb.py``, ``api/chatchat/docs.py``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from parley.api.chatchat_common import CHUNK_SIZE, OVERLAP_SIZE, caller, disabled, reply
-from parley.api.chatchat_docs import (
+from parley.api.chatchat.common import CHUNK_SIZE, OVERLAP_SIZE, caller, disabled, reply
+from parley.api.chatchat.docs import (
     LENGTH_REQUIRED,
     MULTIPART_SLACK,
     _chunking_note,
@@ -58,13 +58,13 @@ from parley.api.chatchat_docs import (
     _text,
     _wait,
 )
-from parley.api.chatchat_kb import (
+from parley.api.chatchat.kb import (
     MAX_SCORE,
     SCORE_THRESHOLD,
     VECTOR_SEARCH_TOP_K,
     search_documents,
 )
-from parley.api.chatchat_shapes import ChatchatDocument, Reply
+from parley.api.chatchat.shapes import ChatchatDocument, Reply
 from parley.api.openapi import answers, model_schema
 from parley.api.shapes import Shape
 from parley.errors import InvalidRequest, ParleyError, RateLimited

@@ -4,7 +4,7 @@ Chatchat's arguments: ``database`` (the name of one of the caller's knowledge ba
 any of them, not only those attached to the conversation) and ``query``. It searches
 that base as Chatchat's tool does (``top_k`` 3, ``score_threshold`` 2.0, Chatchat's
 distance scores as ``/knowledge_base/search_docs`` computes them, see
-``api/chatchat_kb.py``).
+``api/chatchat/kb.py``).
 
 - ``search_knowledgebase`` is the search itself, for other code too (the direct tool
   call of Chatchat's dialogue page, ``POST /tools/call``): it answers Chatchat's data,
@@ -21,7 +21,7 @@ The tool needs ``ToolContext.knowledge``; without it (knowledge bases are off, o
 turn was not given the service) it answers an error saying which.
 
 What does not belong here: the search and its scores (``knowledge/service.py``,
-``api/chatchat_kb.py``), ``calculate`` (``builtins/calculate.py``).
+``api/chatchat/kb.py``), ``calculate`` (``builtins/calculate.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
-from parley.api.chatchat_common import LIST_PAGE, find_base
-from parley.api.chatchat_kb import (
+from parley.api.chatchat.common import LIST_PAGE, find_base
+from parley.api.chatchat.kb import (
     SCORE_THRESHOLD,
     VECTOR_SEARCH_TOP_K,
     chunk_metadata,

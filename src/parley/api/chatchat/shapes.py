@@ -1,10 +1,10 @@
 """The shapes of Langchain-Chatchat's ``/knowledge_base/*`` answers, for the OpenAPI schema.
 
 Chatchat answers ``{code, msg, data}`` with HTTP 200 and puts a failure in ``code``
-(404, 403, 500; see ``api/chatchat_kb.py``), so each route's 200 is an envelope whose
+(404, 403, 500; see ``api/chatchat/kb.py``), so each route's 200 is an envelope whose
 ``data`` is the route's value or null when ``code`` says it failed. ``search_docs``
-answers a bare list. The bodies are written by ``api/chatchat_kb.py``,
-``api/chatchat_docs.py`` and ``api/chatchat_recreate.py``; the schema fuzzing suite
+answers a bare list. The bodies are written by ``api/chatchat/kb.py``,
+``api/chatchat/docs.py`` and ``api/chatchat/recreate.py``; the schema fuzzing suite
 checks that they match. What does not belong here: the request bodies (beside their
 routes), Parley's own shapes (``api/shapes.py``).
 """

@@ -4,10 +4,10 @@ request bodies and the helpers only they use (file names, Chatchat's ``override`
 waiting for indexing, multipart form fields).
 
 Their shapes, and where they deviate from Chatchat, are described in
-``api/chatchat_kb.py``, which includes this module's ``router`` into the one the app
+``api/chatchat/kb.py``, which includes this module's ``router`` into the one the app
 mounts. What does not belong here: the knowledge-base routes and ``search_docs``
-(``api/chatchat_kb.py``), ``recreate_vector_store`` (``api/chatchat_recreate.py``),
-what the modules share (``api/chatchat_common.py``), storage and indexing
+(``api/chatchat/kb.py``), ``recreate_vector_store`` (``api/chatchat/recreate.py``),
+what the modules share (``api/chatchat/common.py``), storage and indexing
 (``knowledge/``, ``store/knowledge.py``).
 """
 
@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import FormData, UploadFile
 from starlette.responses import FileResponse, JSONResponse, Response
 
-from parley.api.chatchat_common import (
+from parley.api.chatchat.common import (
     CHUNK_SIZE,
     LIST_PAGE,
     OVERLAP_SIZE,
@@ -43,14 +43,14 @@ from parley.api.chatchat_common import (
     reply,
     valid_name,
 )
-from parley.api.chatchat_shapes import FileListReply, FilesReply, Reply
+from parley.api.chatchat.shapes import FileListReply, FilesReply, Reply
 from parley.api.openapi import answers, model_schema
 from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge, RateLimited
 from parley.knowledge.service import KnowledgeService
 from parley.store.knowledge import Document, KnowledgeBase
 
 router = APIRouter()
-"""Without prefix or tags: ``api/chatchat_kb.py``'s router, which includes it, adds both."""
+"""Without prefix or tags: ``api/chatchat/kb.py``'s router, which includes it, adds both."""
 
 INDEX_WAIT_SECONDS = 60.0
 """How long ``upload_docs`` and ``update_docs`` wait for their files to be indexed."""

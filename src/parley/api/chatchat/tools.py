@@ -45,8 +45,8 @@ import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from parley.api.chatchat_common import reply
-from parley.api.chatchat_kb_tool import DataOutput, base_names
+from parley.api.chatchat.common import reply
+from parley.api.chatchat.kb_tool import DataOutput, base_names
 from parley.api.openapi import answers
 from parley.api.shapes import Shape
 from parley.api.state import AppState

@@ -104,10 +104,10 @@ Deviations, beyond the above:
 
 Layout: this module holds the router the app mounts (``router``), the knowledge-base
 routes and ``search_docs``. The file routes (``list_files``, ``upload_docs``,
-``delete_docs``, ``update_docs``, ``download_doc``) are in ``api/chatchat_docs.py`` and
-the streaming ``recreate_vector_store`` in ``api/chatchat_recreate.py``; both are
+``delete_docs``, ``update_docs``, ``download_doc``) are in ``api/chatchat/docs.py`` and
+the streaming ``recreate_vector_store`` in ``api/chatchat/recreate.py``; both are
 included into ``router``. What the modules share (the answer envelope, the caller and
-base lookup, Chatchat's chunking defaults) is in ``api/chatchat_common.py``.
+base lookup, Chatchat's chunking defaults) is in ``api/chatchat/common.py``.
 
 What does not belong here: storage and search (``knowledge/``, ``store/knowledge.py``),
 Parley's own knowledge-base API (``api/knowledge.py``).
@@ -121,8 +121,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 
-from parley.api import chatchat_docs, chatchat_recreate
-from parley.api.chatchat_common import (
+from parley.api.chatchat import docs as chatchat_docs
+from parley.api.chatchat import recreate as chatchat_recreate
+from parley.api.chatchat.common import (
     CHUNK_SIZE,
     LIST_PAGE,
     OVERLAP_SIZE,
@@ -138,7 +139,7 @@ from parley.api.chatchat_common import (
     reply,
     valid_name,
 )
-from parley.api.chatchat_shapes import BaseListReply, ChatchatDocument, InfoReply, Reply
+from parley.api.chatchat.shapes import BaseListReply, ChatchatDocument, InfoReply, Reply
 from parley.api.openapi import answers, model_schema
 from parley.errors import Conflict, InvalidRequest, ParleyError
 from parley.knowledge.index import ChunkView

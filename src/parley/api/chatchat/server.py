@@ -9,7 +9,7 @@ get_server_configs``, ``get_prompt_template``, ``embed_texts``):
   all Chatchat's own answer holds, and a bare object, not ``{code, msg, data}``.
 - ``POST /server/get_prompt_template`` JSON ``{type="llm_model", name="default"}``:
   ``{code: 200, msg: "success", data: <the template>}`` from Chatchat's templates
-  (``api/chatchat_prompts.py``); an unknown one is Chatchat's ``{code: 500, msg,
+  (``api/chatchat/prompts.py``); an unknown one is Chatchat's ``{code: 500, msg,
   data: "Prompt template not found"}``. Chatchat's client reads the whole answer as text.
 - ``POST /other/embed_texts`` JSON ``{texts, embed_model, to_query=false}``:
   ``{code: 200, msg: "success", data: [[float, ...], ...]}``, one vector per text, in
@@ -34,8 +34,8 @@ import httpx
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from parley.api.chatchat_common import reply
-from parley.api.chatchat_prompts import template
+from parley.api.chatchat.common import reply
+from parley.api.chatchat.prompts import template
 from parley.api.openapi import answers
 from parley.api.shapes import Shape
 from parley.api.state import AppState
