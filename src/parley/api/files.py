@@ -34,7 +34,7 @@ from starlette.responses import FileResponse
 
 from parley.api.downloads import download_headers
 from parley.api.knowledge import LENGTH_REQUIRED, MULTIPART_SLACK, LengthRequired
-from parley.api.openapi import answers
+from parley.api.openapi import answers, multipart_body
 from parley.api.state import AppState
 from parley.errors import InvalidRequest, NotFound, PayloadTooLarge
 from parley.transforms.images import KEPT, ImageSaver, sniff_media_type
@@ -46,21 +46,11 @@ IMAGE_PURPOSES = ("assistants", "vision", "user_data")
 MAX_FILENAME = 255
 
 _IMAGE = {"image/*": {"schema": {"type": "string", "format": "binary"}}}
-_UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["file", "purpose"],
-                "properties": {
-                    "file": {"type": "string", "format": "binary"},
-                    "purpose": {"type": "string", "enum": list(IMAGE_PURPOSES)},
-                },
-            }
-        }
-    },
-}
+_UPLOAD_BODY = multipart_body(
+    ["file", "purpose"],
+    file={"type": "string", "format": "binary"},
+    purpose={"type": "string", "enum": list(IMAGE_PURPOSES)},
+)
 
 
 class FileObject(BaseModel):

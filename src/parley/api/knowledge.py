@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import FileResponse, JSONResponse
 
 from parley.api.downloads import download_headers
-from parley.api.openapi import answers
+from parley.api.openapi import FILES, answers, multipart_body
 from parley.api.pages import page
 from parley.api.shapes import (
     Deleted,
@@ -363,21 +363,9 @@ _FILE = {
     media: {"schema": {} if media == "application/json" else {"type": "string", "format": "binary"}}
     for media in (*sorted(SAFE_TYPES), "application/octet-stream")
 }
-_UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["files"],
-                "properties": {
-                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                    "override": {"type": "boolean", "default": False},
-                },
-            }
-        }
-    },
-}
+_UPLOAD_BODY = multipart_body(
+    ["files"], files=FILES, override={"type": "boolean", "default": False}
+)
 
 
 @router.post(

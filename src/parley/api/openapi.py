@@ -189,6 +189,16 @@ def event_stream(*events: type[BaseModel], description: str) -> dict[str, Any]:
     }
 
 
+FILES = {"type": "array", "items": {"type": "string", "format": "binary"}}
+"""A multipart field of uploaded files."""
+
+
+def multipart_body(required: Iterable[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    """An operation's ``multipart/form-data`` request body: the form's fields."""
+    schema = {"type": "object", "required": list(required), "properties": properties}
+    return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+
+
 def json_body(
     model: type[BaseModel], *, required: bool = True, examples: dict[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from parley.api.chatchat.common import (
     valid_name,
 )
 from parley.api.chatchat.shapes import FileListReply, FilesReply, Reply
-from parley.api.openapi import answers, model_schema
+from parley.api.openapi import FILES, answers, model_schema, multipart_body
 from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge, RateLimited
 from parley.knowledge.service import KnowledgeService
 from parley.store.knowledge import Document, KnowledgeBase
@@ -70,28 +70,18 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 # --- request bodies ----------------------------------------------------------------------
 
 _FLAG = {"type": "boolean"}
-_UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["knowledge_base_name", "files"],
-                "properties": {
-                    "knowledge_base_name": {"type": "string", "minLength": 1},
-                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                    "override": _FLAG,
-                    "to_vector_store": _FLAG,
-                    "chunk_size": {"type": "integer"},
-                    "chunk_overlap": {"type": "integer"},
-                    "zh_title_enhance": _FLAG,
-                    "docs": {"type": "string", "description": "Custom docs (not supported)."},
-                    "not_refresh_vs_cache": _FLAG,
-                },
-            }
-        }
-    },
-}
+_UPLOAD_BODY = multipart_body(
+    ["knowledge_base_name", "files"],
+    knowledge_base_name={"type": "string", "minLength": 1},
+    files=FILES,
+    override=_FLAG,
+    to_vector_store=_FLAG,
+    chunk_size={"type": "integer"},
+    chunk_overlap={"type": "integer"},
+    zh_title_enhance=_FLAG,
+    docs={"type": "string", "description": "Custom docs (not supported)."},
+    not_refresh_vs_cache=_FLAG,
+)
 _LENGTH_REQUIRED = {
     "411": {
         "description": "An upload without Content-Length (as a Chatchat reply).",

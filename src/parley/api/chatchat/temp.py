@@ -65,7 +65,7 @@ from parley.api.chatchat.kb import (
     search_documents,
 )
 from parley.api.chatchat.shapes import ChatchatDocument, Reply
-from parley.api.openapi import answers, model_schema
+from parley.api.openapi import FILES, answers, model_schema, multipart_body
 from parley.api.shapes import Shape
 from parley.errors import InvalidRequest, ParleyError, RateLimited
 from parley.knowledge.service import KnowledgeService
@@ -97,25 +97,15 @@ class TempSearchBody(BaseModel):
 
 
 _FLAG = {"type": "boolean"}
-_UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["files"],
-                "properties": {
-                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                    "prev_id": {"type": "string"},
-                    "knowledge_id": {"type": "string"},
-                    "chunk_size": {"type": "integer"},
-                    "chunk_overlap": {"type": "integer"},
-                    "zh_title_enhance": _FLAG,
-                },
-            }
-        }
-    },
-}
+_UPLOAD_BODY = multipart_body(
+    ["files"],
+    files=FILES,
+    prev_id={"type": "string"},
+    knowledge_id={"type": "string"},
+    chunk_size={"type": "integer"},
+    chunk_overlap={"type": "integer"},
+    zh_title_enhance=_FLAG,
+)
 _REFUSAL = {
     "content": {"application/json": {"schema": model_schema(TempUploadReply)}},
 }
