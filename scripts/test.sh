@@ -43,4 +43,16 @@ fi
 .venv/bin/lint-imports --no-cache
 # Two workers by default (PARLEY_TEST_WORKERS: another number; 0 runs in this process).
 # A module's tests stay on one worker, with the servers their fixtures start.
-exec .venv/bin/pytest -n "${PARLEY_TEST_WORKERS:-2}" --dist loadfile "$@"
+workers=(-n "${PARLEY_TEST_WORKERS:-2}" --dist loadfile)
+# schemathesis's generated cases are not dispatched by pytest-xdist (9 of its 282 tests
+# run there): with no test paths given, the fuzzing module runs first, in one process.
+fuzz=tests/api/test_schema_fuzz.py
+for arg in "$@"; do
+  if [[ $arg != -* && -e ${arg%%::*} ]]; then
+    exec .venv/bin/pytest "${workers[@]}" "$@"  # the paths asked for, as asked
+  fi
+done
+status=0
+.venv/bin/pytest -p no:xdist "$fuzz" "$@" || status=$?
+[ "$status" -eq 0 ] || [ "$status" -eq 5 ] || exit "$status"  # 5: -k left none of them
+exec .venv/bin/pytest "${workers[@]}" --ignore "$fuzz" "$@"

@@ -21,6 +21,7 @@ Generation is deterministic (derandomized, seeded, no example database) and boun
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,10 @@ PUBLIC = frozenset({"/health", "/v1/session"})
 in its body is 401, a request without a cookie is simply not signed in)."""
 ADMIN_PATHS = ("/v1/admin/", "/v1/audit", "/v1/usage")
 """Operations fuzzed with the admin's key (admins see more: that shape is fuzzed too)."""
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # schemathesis's generated cases are not dispatched by pytest-xdist (9 of this
+    # module's 282 tests would run): an error, not a quiet pass
+    pytest.fail("this module runs in one process: add -p no:xdist (scripts/test.sh does)")
 SEED = 17
 EXAMPLES = {"strangers": 3, "other_owner": 6, "owner": 12}
 """Cases per operation in each test: about 60 seconds in all on 2 cores."""
