@@ -86,9 +86,10 @@ from parley.store.audit import AuditLog
 from parley.store.citations import CitationStore
 from parley.store.database import Database
 from parley.store.idempotency import IdempotencyStore
+from parley.store.keys import KeyStore
 from parley.store.mcp_servers import McpServerStore
 from parley.store.meta import ConversationMeta
-from parley.store.repository import ConversationStore, KeyStore
+from parley.store.repository import ConversationStore
 from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
 from parley.tools.builtins import build_registry as build_tools

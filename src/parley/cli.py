@@ -22,7 +22,7 @@ from parley import __version__
 from parley.errors import ConfigurationError
 from parley.kbcli import kb_app
 from parley.settings import Settings, load_settings
-from parley.store.repository import KeyStore
+from parley.store.keys import KeyStore
 
 T = TypeVar("T")
 

@@ -33,13 +33,11 @@ from collections.abc import (
     Callable,
     Iterator,
     Mapping,
-    Sequence,
 )
 from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
-from typing import Any, assert_never, cast
+from typing import assert_never, cast
 
 from parley.agent.budget import Budget
 from parley.agent.loop_detector import LoopDetector
@@ -56,6 +54,8 @@ from parley.agent.outcomes import (
     triage,
 )
 from parley.agent.repair import rules_for
+from parley.agent.session import TurnSession
+from parley.agent.shown import Shown
 from parley.agent.tool_runner import ToolRunner
 from parley.agent.turn import Stop, TurnState
 from parley.agent.turn_repair import TurnRepair
@@ -63,8 +63,6 @@ from parley.errors import ParleyError
 from parley.events import (
     Done,
     Event,
-    ReasoningDelta,
-    Restart,
     Status,
     StepDone,
     StopReason,
@@ -95,7 +93,6 @@ from parley.store.repository import ConversationStore
 from parley.tools.lru import ActiveTools
 from parley.tools.protocol import NO_REACH, Reach, ToolContext
 from parley.tools.registry import ToolRegistry
-from parley.tools.workspaces import conversation_workspace
 
 log = logging.getLogger(__name__)
 
@@ -286,8 +283,8 @@ class AgentLoop:
             budget=Budget(settings.agent, self._shutting_down),
             detector=LoopDetector.from_settings(settings.agent),
             active=active,
-            session=_Session(request, active, settings),
-            shown=_Shown(),
+            session=TurnSession(request, active, settings),
+            shown=Shown(),
             repair=TurnRepair(request.history, settings.agent.repair),  # checked once
             passthrough=not names,
         )
@@ -480,7 +477,9 @@ class AgentLoop:
             client_retries=request.client_retries and not turn.committed,
         )
 
-    def _context(self, request: AgentRequest, session: _Session, call: ToolCallPart) -> ToolContext:
+    def _context(
+        self, request: AgentRequest, session: TurnSession, call: ToolCallPart
+    ) -> ToolContext:
         return ToolContext(
             owner=request.owner,
             conversation_id=request.conversation_id,
@@ -516,8 +515,8 @@ class _Run:
     budget: Budget
     detector: LoopDetector
     active: ActiveTools
-    session: _Session
-    shown: _Shown
+    session: TurnSession
+    shown: Shown
     repair: TurnRepair
     passthrough: bool
     """No server tools: one model call whose tool-call fragments stream as they come."""
@@ -534,88 +533,3 @@ def _turn_end(info: TurnInfo, turn: TurnState, error: ParleyError | None) -> Tur
         tool_calls=sum(isinstance(p, ToolCallPart) for p in parts),
         error=error,
     )
-
-
-class _Session:
-    """What tools may ask of the running turn (``tools.protocol.Session``)."""
-
-    def __init__(self, request: AgentRequest, active: ActiveTools, settings: Settings) -> None:
-        self._request = request
-        self._active = active
-        self._settings = settings
-        self._workspace: Path | None = None
-        self.offered: list[str] = []
-
-    @property
-    def workspace(self) -> Path:
-        """The conversation's folder, worked out on first use."""
-        if self._workspace is None:
-            request = self._request
-            self._workspace = conversation_workspace(
-                self._settings.workspace_dir,
-                request.owner,
-                request.conversation_id or request.message_id,
-            )
-        return self._workspace
-
-    def activate(self, names: Sequence[str]) -> list[str]:
-        return self._active.activate(names)
-
-    def capabilities(self) -> dict[str, Any]:
-        request = self._request
-        return {
-            "model": request.models[0].public_name,
-            "fallback_models": [m.public_name for m in request.models[1:]],
-            "server_tools": {"active": self.offered, "hidden": self._active.hidden()},
-            "client_tools": sorted(request.client_tools),
-            "knowledge_retrieval": None,
-            "memory_retrieval": None,
-            "conversation_id": request.conversation_id,
-        }
-
-
-class _Shown:
-    """What the client has been shown of the turn's answer, to pass events on right:
-    a blank line between steps' text, and a ``Restart`` that says what to drop."""
-
-    def __init__(self) -> None:
-        self.content_chars = 0
-        self._step_start = 0
-        self._separate = False
-        self._separate_at_start = False
-        self._attempt_shown = False
-
-    def begin_step(self, *, separate: bool) -> None:
-        self._step_start = self.content_chars
-        self._separate = self._separate_at_start = separate
-        self._attempt_shown = False
-
-    @property
-    def plain(self) -> bool:
-        """Text goes on as it is (no step separator is due)."""
-        return not self._separate
-
-    def count(self, event: TextDelta) -> None:
-        self.content_chars += len(event.text)
-        self._attempt_shown = True
-
-    def pass_on(self, event: Event, *, note: bool = False) -> list[Event]:
-        if isinstance(event, Restart):
-            restart = replace(event, clear=self._attempt_shown, keep_content_chars=self._step_start)
-            self.content_chars = self._step_start
-            self._separate = self._separate_at_start
-            self._attempt_shown = False
-            return [restart]
-        if isinstance(event, TextDelta):
-            out: list[Event] = []
-            if self._separate or (note and self.content_chars):
-                self._separate = False
-                out.append(TextDelta(STEP_SEPARATOR + event.text))
-            else:
-                out.append(event)
-            self.content_chars += len(out[0].text) if isinstance(out[0], TextDelta) else 0
-            self._attempt_shown = True
-            return out
-        if isinstance(event, ReasoningDelta):
-            self._attempt_shown = True
-        return [event]

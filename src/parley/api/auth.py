@@ -41,7 +41,7 @@ from starlette.requests import HTTPConnection, Request
 from parley.api.cookies import SessionCache, check_same_origin, hash_token, session_token
 from parley.errors import AuthenticationFailed, PermissionDenied
 from parley.identity import LOCAL_CALLER, Caller
-from parley.store.repository import KeyStore, StoredKey
+from parley.store.keys import KeyStore, StoredKey
 from parley.store.sessions import StoredSession
 
 log = logging.getLogger(__name__)

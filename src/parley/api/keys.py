@@ -34,7 +34,7 @@ from parley.api.pages import page
 from parley.api.shapes import ApiKey, ApiKeyList, NewApiKey
 from parley.api.state import AppState
 from parley.errors import NotFound
-from parley.store.repository import StoredKey
+from parley.store.keys import StoredKey
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 

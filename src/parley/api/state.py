@@ -16,8 +16,9 @@ from parley.store.assistants import AssistantStore
 from parley.store.audit import AuditLog
 from parley.store.database import Database
 from parley.store.idempotency import IdempotencyStore
+from parley.store.keys import KeyStore
 from parley.store.meta import ConversationMeta
-from parley.store.repository import ConversationStore, KeyStore
+from parley.store.repository import ConversationStore
 from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
 from parley.tools.registry import ToolRegistry

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 
@@ -33,6 +33,7 @@ from parley.conversations.assistants import (
     regex_rules,
     tool_policies,
 )
+from parley.conversations.checks import check_input, check_plan, usable
 from parley.conversations.citations import Citations
 from parley.conversations.finishing import Finisher
 from parley.conversations.generation import (
@@ -40,11 +41,11 @@ from parley.conversations.generation import (
     GenerationSpec,
     Origin,
     Sink,
-    TurnRecord,
 )
 from parley.conversations.history import History, TurnPlan
 from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.reach import Reaches
+from parley.conversations.records import turn_record
 from parley.conversations.sampling import request_template
 from parley.conversations.sessions import Sessions
 from parley.conversations.titles import TitleWriter
@@ -57,10 +58,7 @@ from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.protocol import TurnInfo
 from parley.mcp.service import McpService
 from parley.messages import (
-    FilePart,
-    ImagePart,
     Message,
-    TextPart,
 )
 from parley.patterns import Budget
 from parley.providers.options import check_options, refuse_unsupported, sent_options
@@ -70,7 +68,7 @@ from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.citations import CitationStore
 from parley.store.meta import ConversationMeta
-from parley.store.repository import ConversationStore, NewMessage, NewTurn, StoredMessage
+from parley.store.repository import ConversationStore
 from parley.tools.builtins.workspace import SEARCH_SECONDS
 from parley.tools.protocol import Reach
 from parley.tools.registry import ToolRegistry
@@ -259,7 +257,7 @@ class ConversationService:
                     param=f"messages.{len(turn.messages) - 1}.role",
                 )
         if not turn.trailing_answers and last is not None and last.role == "user":
-            _check_input(last, len(turn.messages) - 1)
+            check_input(last, len(turn.messages) - 1)
         return assistant
 
     async def _prepare(
@@ -269,7 +267,7 @@ class ConversationService:
         citations = Citations()
         reach = replace(reach, citations=citations, searches=Budget(SEARCH_SECONDS))
         plan = await self._history.plan(turn)
-        _check_plan(plan, turn)
+        check_plan(plan, turn)
         # the assistant's storage rules for user messages (what is stored is sent), under
         # the turn's budget, which the reply's rules share
         rules, budget = regex_rules(assistant), turn_budget()
@@ -309,7 +307,7 @@ class ConversationService:
             reach=reach,
             tools=tools,
         )
-        record = _record(turn, plan, conversation_id, message_id, model, assistant)
+        record = turn_record(turn, plan, conversation_id, message_id, model, assistant)
         spec = GenerationSpec(
             request=request,
             record=record,
@@ -355,7 +353,7 @@ class ConversationService:
         when the generation runs)."""
         if self._outgoing is not None:
             return ()
-        return (*(Message(m.role, m.parts) for m in plan.stored if _usable(m)), *plan.new)
+        return (*(Message(m.role, m.parts) for m in plan.stored if usable(m)), *plan.new)
 
     def _shaper(
         self,
@@ -531,79 +529,5 @@ class ConversationService:
         return on_disconnect == "cancel"
 
 
-def _check_plan(plan: TurnPlan, turn: ChatTurn) -> None:
-    """The model must be shown something besides system messages; a new user message
-    must say something."""
-    if not any(m.role != "system" and _usable(m) for m in plan.stored) and not any(
-        m.role != "system" for m in plan.new
-    ):
-        raise InvalidRequest("messages must contain a non-system message", param="messages")
-    if plan.new and plan.new[-1].role == "user":
-        _check_input(plan.new[-1], len(turn.messages) - 1)
-
-
-def _record(
-    turn: ChatTurn,
-    plan: TurnPlan,
-    conversation_id: str | None,
-    message_id: str,
-    model: ResolvedModel,
-    assistant: Assistant | None,
-) -> TurnRecord | None:
-    """What the generation writes when it starts: the paused reply carried on, or the
-    new messages and the streaming reply (None: the request is not stored)."""
-    if plan.resume is not None:
-        return TurnRecord(owner=turn.owner, resume=plan.resume.parts)
-    if not turn.store or conversation_id is None:
-        return None
-    reply = NewMessage(message_id, "assistant", (), status="streaming", model=model.public_name)
-    create = plan.create
-    rows = NewTurn(
-        owner=turn.owner,
-        conversation_id=conversation_id,
-        messages=(*(NewMessage(new_id("msg"), m.role, m.parts) for m in plan.new), reply),
-        create=create,
-        title=_title(plan.new) if create or not plan.stored else None,
-        update_parts=plan.updates,
-        parent_id=plan.parent_id,
-        root=plan.root,
-        copy_after=plan.copy_after,
-        settle=plan.settle,
-        meta={"assistant_id": assistant.id} if create and assistant else {},
-    )
-    claim = create and turn.create_missing and turn.conversation_id is not None
-    return TurnRecord(owner=turn.owner, rows=rows, claim=claim)
-
-
 def _sent_options(turn: ChatTurn) -> frozenset[str]:
     return sent_options(turn.options, turn.tools)
-
-
-def _check_input(message: Message, index: int) -> None:
-    if not _has_input(message):
-        raise InvalidRequest(
-            "the new user message is empty: send some text, an image or a file",
-            param=f"messages.{index}.content",
-            code="empty_message",
-        )
-
-
-def _has_input(message: Message) -> bool:
-    """Whether a user message says anything: text that is not blank, an image or a file."""
-    return any(
-        isinstance(part, ImagePart | FilePart) or (isinstance(part, TextPart) and part.text.strip())
-        for part in message.parts
-    )
-
-
-def _usable(message: StoredMessage) -> bool:
-    """Stored messages that become model context: anything with content."""
-    return bool(message.parts)
-
-
-def _title(messages: Sequence[Message]) -> str | None:
-    for message in messages:
-        if message.role == "user" and message.text.strip():
-            line = message.text.strip().splitlines()[0]
-            return line[:80]
-    return None
