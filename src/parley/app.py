@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -70,6 +71,7 @@ from parley.conversations.service import ConversationService
 from parley.extraction.clients import AttachmentReader, KnowledgeExtractor
 from parley.extraction.pool import ReaderPool
 from parley.fairness import Ledger
+from parley.interceptors.chain import InterceptorChain
 from parley.interceptors.discovery import build_chain
 from parley.interceptors.protocol import Services
 from parley.knowledge.service import KnowledgeService, build_embedder
@@ -94,6 +96,7 @@ from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
 from parley.tools.builtins import build_registry as build_tools
 from parley.tools.protocol import Tool
+from parley.tools.registry import ToolRegistry
 
 log = logging.getLogger("parley")
 
@@ -117,133 +120,25 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        database = Database(settings)
-        database.contended = ledger.serving_any
-        await database.migrate()
-        conversation_store = ConversationStore(database)
-        interrupted = await conversation_store.interrupt_streaming()
-        if interrupted:
-            log.warning("marked %d message(s) left streaming as interrupted", interrupted)
-        idempotency = IdempotencyStore(database)
-        cut_off = await idempotency.interrupt_running()
-        if cut_off:
-            log.warning("%d request(s) with an Idempotency-Key were cut off", cut_off)
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(600.0, connect=10.0),
-            # httpcore scans its whole pool for every request: with a hundred idle
-            # connections that scan dominated CPU under load (docs/performance.md).
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=20),
-            follow_redirects=False,
-        )
-        registry = build_registry(settings, client, providers)
-        keys = KeyStore(database)
-        chatchat = [search_local_knowledgebase] if settings.knowledge.enabled else []
-        tool_registry = build_tools(settings, extra=[*chatchat, *tools])
-        audit_settings = settings.interceptors.audit
-        audit = AuditLog(
-            database,
-            flush_seconds=audit_settings.flush_seconds,
-            max_pending=audit_settings.max_pending,
-            retention_days=audit_settings.retention_days,
-        )
-        await audit.start()
-        await chain.startup(Services(settings, pricing, database, audit))
-        meta = ConversationMeta(database)
-        assistant_store = AssistantStore(database)
-        summaries = SummaryStore(database)
-        readers = ReaderPool(settings.documents)  # documents are read in its processes
-        completer = Completer(ModelCall(settings.agent, pricing, chain))  # the server's own calls
-        embedder = build_embedder(settings.knowledge, client)
-        knowledge = await _knowledge(settings, database, embedder, readers, completer, registry)
-        memory = MemoryService(MemoryStore(database), embedder)
-        citations = CitationStore(database)
-        mcp = McpService(
-            settings.mcp,
-            McpServerStore(database),
-            admit=partial(check_admissible, mcp=settings.mcp),  # the rules of today
-        )
-        await mcp.start()  # reads the rows only: servers connect on first use
-        outgoing = OutgoingBuilder(
-            settings,
-            registry,
-            completer,
-            summaries,
-            conversation_store,
-            tool_registry,
-            knowledge=knowledge,
-            memory=memory,
-            documents=AttachmentReader(readers),
-        )
-        service = ConversationService(
-            settings,
-            conversation_store,
-            registry,
-            tool_registry,
-            pricing,
-            chain,
-            meta=meta,
-            assistants=assistant_store,
-            outgoing=outgoing,
-            reaches=Reaches(knowledge, memory),
-            citations=citations,
-            mcp=mcp,
-        )
-        sessions = SessionStore(database)
-        auth = Authenticator(
-            keys,
-            settings.data_dir,
-            allow_loopback_without_keys=settings.auth.allow_loopback_without_keys,
-            sessions=SessionCache(sessions),
-        )
-        revocations = RevocationWatcher(
-            keys, auth, service.end_for_keys, settings.auth.revocation_check_seconds
-        )
-        app.state.parley = AppState(
-            settings=settings,
-            auth=auth,
-            service=service,
-            conversations=conversation_store,
-            keys=keys,
-            registry=registry,
-            tools=tool_registry,
-            interceptors=chain,
-            audit=audit,
-            database=database,
-            assistants=assistant_store,
-            meta=meta,
-            summaries=summaries,
-            outgoing=outgoing,
-            knowledge=knowledge,
-            memory=memory,
-            citations=citations,
-            mcp=mcp,
-            idempotency=idempotency,
-            sessions=sessions,
-        )
-        if not await keys.active():
-            log.warning(
-                "no API keys exist: serving loopback clients only "
-                "(create one with `parley keys create`)"
+        # what starts is closed in the reverse order, also when a later part fails to start
+        async with AsyncExitStack() as stack:
+            state = await _start(settings, stack, chain, pricing, ledger, providers, tools)
+            app.state.parley = state
+            if not await state.keys.active():
+                log.warning(
+                    "no API keys exist: serving loopback clients only "
+                    "(create one with `parley keys create`)"
+                )
+            revocations = RevocationWatcher(
+                state.keys,
+                state.auth,
+                state.service.end_for_keys,
+                settings.auth.revocation_check_seconds,
             )
-        watcher = asyncio.create_task(revocations.run())
-        try:
-            if mcp_endpoint is None:
-                yield
-            else:
-                async with mcp_endpoint.running():
-                    yield
-        finally:
-            watcher.cancel()
-            await service.shutdown(settings.agent.shutdown_grace_seconds)
-            await mcp.close()  # after the generations: stdio servers are stopped
-            if knowledge is not None:
-                await knowledge.close()
-            await readers.aclose()
-            await chain.shutdown()
-            await audit.close()
-            await registry.aclose()
-            await client.aclose()
-            await database.dispose()
+            stack.callback(asyncio.create_task(revocations.run()).cancel)
+            if mcp_endpoint is not None:
+                await stack.enter_async_context(mcp_endpoint.running())
+            yield
 
     # /docs and /redoc with their scripts and styles served from the installed package:
     # FastAPI's own pages load them from a CDN, and are blank offline
@@ -259,6 +154,182 @@ def create_app(
     )
     errors.install(app)
     openapi.install(app)  # security, error responses, hoisted definitions
+    _middleware(app, settings, ledger)
+    _routes(app, settings)
+    if mcp_endpoint is not None:
+        mcp_endpoint.mount(app)
+    return app
+
+
+async def _start(
+    settings: Settings,
+    stack: AsyncExitStack,
+    chain: InterceptorChain,
+    pricing: PriceCatalog,
+    ledger: Ledger,
+    providers: Mapping[str, Provider] | None,
+    tools: Sequence[Tool],
+) -> AppState:
+    """Start every part the routes use; each one's closing goes on ``stack``."""
+    database = await _database(settings, stack, ledger)
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(600.0, connect=10.0),
+        # httpcore scans its whole pool for every request: with a hundred idle
+        # connections that scan dominated CPU under load (docs/performance.md).
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=20),
+        follow_redirects=False,
+    )
+    stack.push_async_callback(client.aclose)
+    registry = build_registry(settings, client, providers)
+    stack.push_async_callback(registry.aclose)
+    audit = await _audit(settings, stack, database)
+    # shut down even when one of them fails to start (the others may have opened things)
+    stack.push_async_callback(chain.shutdown)
+    await chain.startup(Services(settings, pricing, database, audit))
+    readers = ReaderPool(settings.documents)  # documents are read in its processes
+    stack.push_async_callback(readers.aclose)
+    completer = Completer(ModelCall(settings.agent, pricing, chain))  # the server's own calls
+    embedder = build_embedder(settings.knowledge, client)
+    knowledge = await _knowledge(settings, database, embedder, readers, completer, registry)
+    if knowledge is not None:
+        stack.push_async_callback(knowledge.close)
+    memory = MemoryService(MemoryStore(database), embedder)
+    mcp = McpService(
+        settings.mcp,
+        McpServerStore(database),
+        admit=partial(check_admissible, mcp=settings.mcp),  # the rules of today
+    )
+    await mcp.start()  # reads the rows only: servers connect on first use
+    stack.push_async_callback(mcp.close)  # after the generations: stdio servers stop
+    chatchat = [search_local_knowledgebase] if settings.knowledge.enabled else []
+    parts = _Parts(
+        settings=settings,
+        database=database,
+        conversations=ConversationStore(database),
+        registry=registry,
+        tools=build_tools(settings, extra=[*chatchat, *tools]),
+        outgoing_documents=AttachmentReader(readers),
+        completer=completer,
+        knowledge=knowledge,
+        memory=memory,
+        mcp=mcp,
+    )
+    state = _state(parts, chain, audit, pricing)
+    stack.push_async_callback(state.service.shutdown, settings.agent.shutdown_grace_seconds)
+    return state
+
+
+async def _database(settings: Settings, stack: AsyncExitStack, ledger: Ledger) -> Database:
+    """The database, migrated, with what a crash left running marked as cut off."""
+    database = Database(settings)
+    stack.push_async_callback(database.dispose)
+    database.contended = ledger.serving_any
+    await database.migrate()
+    interrupted = await ConversationStore(database).interrupt_streaming()
+    if interrupted:
+        log.warning("marked %d message(s) left streaming as interrupted", interrupted)
+    cut_off = await IdempotencyStore(database).interrupt_running()
+    if cut_off:
+        log.warning("%d request(s) with an Idempotency-Key were cut off", cut_off)
+    return database
+
+
+async def _audit(settings: Settings, stack: AsyncExitStack, database: Database) -> AuditLog:
+    audit_settings = settings.interceptors.audit
+    audit = AuditLog(
+        database,
+        flush_seconds=audit_settings.flush_seconds,
+        max_pending=audit_settings.max_pending,
+        retention_days=audit_settings.retention_days,
+    )
+    await audit.start()
+    stack.push_async_callback(audit.close)
+    return audit
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """The started parts the conversation service is built on."""
+
+    settings: Settings
+    database: Database
+    conversations: ConversationStore
+    registry: ProviderRegistry
+    tools: ToolRegistry
+    outgoing_documents: AttachmentReader
+    completer: Completer
+    knowledge: KnowledgeService | None
+    memory: MemoryService
+    mcp: McpService
+
+
+def _state(
+    parts: _Parts, chain: InterceptorChain, audit: AuditLog, pricing: PriceCatalog
+) -> AppState:
+    """The conversation service and the stores the routes read, over started parts."""
+    settings, database = parts.settings, parts.database
+    summaries = SummaryStore(database)
+    meta = ConversationMeta(database)
+    assistants = AssistantStore(database)
+    citations = CitationStore(database)
+    outgoing = OutgoingBuilder(
+        settings,
+        parts.registry,
+        parts.completer,
+        summaries,
+        parts.conversations,
+        parts.tools,
+        knowledge=parts.knowledge,
+        memory=parts.memory,
+        documents=parts.outgoing_documents,
+    )
+    service = ConversationService(
+        settings,
+        parts.conversations,
+        parts.registry,
+        parts.tools,
+        pricing,
+        chain,
+        meta=meta,
+        assistants=assistants,
+        outgoing=outgoing,
+        reaches=Reaches(parts.knowledge, parts.memory),
+        citations=citations,
+        mcp=parts.mcp,
+    )
+    keys = KeyStore(database)
+    sessions = SessionStore(database)
+    auth = Authenticator(
+        keys,
+        settings.data_dir,
+        allow_loopback_without_keys=settings.auth.allow_loopback_without_keys,
+        sessions=SessionCache(sessions),
+    )
+    return AppState(
+        settings=settings,
+        auth=auth,
+        service=service,
+        conversations=parts.conversations,
+        keys=keys,
+        registry=parts.registry,
+        tools=parts.tools,
+        interceptors=chain,
+        audit=audit,
+        database=database,
+        assistants=assistants,
+        meta=meta,
+        summaries=summaries,
+        outgoing=outgoing,
+        knowledge=parts.knowledge,
+        memory=parts.memory,
+        citations=citations,
+        mcp=parts.mcp,
+        idempotency=IdempotencyStore(database),
+        sessions=sessions,
+    )
+
+
+def _middleware(app: FastAPI, settings: Settings, ledger: Ledger) -> None:
     # inside admission control: a request is admitted before it is answered or joined
     app.add_middleware(
         Idempotency,
@@ -277,6 +348,9 @@ def create_app(
         body_timeout_seconds=settings.server.body_timeout_seconds,
         ledger=ledger,
     )
+
+
+def _routes(app: FastAPI, settings: Settings) -> None:
     app.include_router(WebUI(settings.web).router())  # /, /connect, the UI's pages, /assets
     app.include_router(session.router)  # needs no key: it is how a browser gives one
     # chat and tasks authenticate before they read their bodies themselves
@@ -310,14 +384,10 @@ def create_app(
         keys.router,
     ):
         app.include_router(router, dependencies=[Depends(authenticated), Depends(shallow_body)])
-    if mcp_endpoint is not None:
-        mcp_endpoint.mount(app)
 
     @app.get("/health", tags=["health"], openapi_extra=openapi.public(), **answers(Health))
     async def health(request: Request) -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
-
-    return app
 
 
 def _largest_body(settings: Settings) -> int:

@@ -42,7 +42,7 @@ from parley.api.sse import (
 )
 from parley.api.state import AppState
 from parley.api.statuses import OPENAI, Dialect
-from parley.conversations.generation import Generation
+from parley.conversations.generation import Generation, TurnResult
 from parley.errors import (
     ParleyError,
     ProviderError,
@@ -76,7 +76,7 @@ def failure_response(error: ParleyError, generation: Generation) -> Response:
     may answer next time and nothing the turn did (its tools) would run twice."""
     if not isinstance(error, ProviderError):
         return error_response(error)
-    return error_response(error, retry=error.retryable and not generation.turn.committed)
+    return error_response(error, retry=error.retryable and not generation.result().steps_done)
 
 
 def _headers(generation: Generation) -> dict[str, str]:
@@ -90,34 +90,37 @@ def _parley(generation: Generation) -> dict[str, Any]:
     return {"conversation_id": generation.conversation_id, "message_id": generation.message_id}
 
 
-def _summary(generation: Generation) -> dict[str, Any]:
+def _summary(generation: Generation, result: TurnResult) -> dict[str, Any]:
     """What the last chunk (or the whole response) adds: cost, and why the loop stopped."""
-    turn = generation.turn
     extra: dict[str, Any] = {"cost": generation.cost}
     if generation.notes:
         extra["notes"] = list(generation.notes)
     if generation.citations:
         extra["citations"] = [c.to_json() for c in generation.citations.items]
-    waiting = turn.pending_calls()
-    if waiting:
+    if result.pending:
         extra["pending_approvals"] = [
-            {"id": call.id, "tool": call.name, "arguments": call.arguments} for call in waiting
+            {"id": call.id, "tool": call.name, "arguments": call.arguments}
+            for call in result.pending
         ]
-    if turn.stop is not None:
-        extra["stopped"] = {"code": turn.stop.code, "message": turn.stop.message}
+    if result.stop is not None:
+        extra["stopped"] = {"code": result.stop.code, "message": result.stop.message}
     return extra
 
 
-def _finish_status(generation: Generation, dialect: Dialect) -> int | None:
-    turn = generation.turn
-    return dialect.finish(tools_ran=bool(turn.server_calls()), waiting=bool(turn.pending_calls()))
+def _finish_status(result: TurnResult, dialect: Dialect) -> int | None:
+    return dialect.finish(tools_ran=bool(result.server_calls), waiting=bool(result.pending))
 
 
-def _final_answer(generation: Generation, dialect: Dialect) -> str | None:
-    """The whole answer again for the last chunk, when the dialect repeats it."""
-    if not dialect.repeats_answer(waiting=bool(generation.turn.pending_calls())):
-        return None
-    return shown_text(generation)
+def _ending(generation: Generation, dialect: Dialect) -> Ending:
+    """How the stream ends: the summary, the Chatchat status, and the whole answer
+    again when the dialect repeats it."""
+    result = generation.result()
+    repeat = dialect.repeats_answer(waiting=bool(result.pending))
+    return Ending(
+        _summary(generation, result),
+        _finish_status(result, dialect),
+        shown_text(generation, result) if repeat else None,
+    )
 
 
 def stream_response(
@@ -145,13 +148,6 @@ def stream_response(
     )
     writers: list[ChunkWriter] = []
 
-    def ending() -> Ending:
-        return Ending(
-            _summary(generation),
-            _finish_status(generation, dialect),
-            _final_answer(generation, dialect),
-        )
-
     def run(write: Write) -> None:
         writer = ChunkWriter(
             encoder,
@@ -160,7 +156,7 @@ def stream_response(
             legacy=legacy,
             include_usage=include_usage,
             header=header,
-            ending=ending,
+            ending=lambda: _ending(generation, dialect),
         )
         writers.append(writer)
         stage: Stage = writer
@@ -220,6 +216,7 @@ class Finished:
     usage: Usage
     logprobs: Logprobs | None
     """All of the reply's (the last attempt's), when the client asked for them."""
+    result: TurnResult
 
 
 async def finished(state: AppState, generation: Generation, request: Request) -> Finished:
@@ -264,13 +261,13 @@ async def finished(state: AppState, generation: Generation, request: Request) ->
         if logprobs
         else None
     )
-    return Finished(last, usage[-1] if usage else Usage(), joined)
+    return Finished(last, usage[-1] if usage else Usage(), joined, generation.result())
 
 
-def shown_text(generation: Generation) -> str:
+def shown_text(generation: Generation, result: TurnResult) -> str:
     """The reply's text as the client is shown it (the assistant's display rules
     applied, and its storage rules if the reply was not stored)."""
-    text = reply_text(generation.turn.parts())
+    text = reply_text(result.parts)
     if generation.rules:
         rules, budget = generation.rules, generation.rule_budget
         if not generation.stored:  # saved replies had the storage rules applied then
@@ -285,11 +282,10 @@ def completion_body(
     """The ``chat.completion`` object of a finished generation (``legacy``: its call
     named in ``function_call``, as the request gave ``functions``)."""
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
-    parts = generation.turn.parts()
-    text = shown_text(generation)
-    reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
-    calls = generation.turn.unanswered_calls()  # the client's to run
-    ran = generation.turn.server_calls()
+    result = reply.result
+    text = shown_text(generation, result)
+    reasoning = "".join(p.text for p in result.parts if isinstance(p, ReasoningPart))
+    calls = result.client_calls
     message["content"] = text if text or not calls else None
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -302,7 +298,7 @@ def completion_body(
         "id": f"chatcmpl-{generation.message_id}",
         "object": "chat.completion",
         "created": generation.created,
-        "model": generation.turn.answered_by or generation.model.public_name,
+        "model": result.answered_by or generation.model.public_name,
         "choices": [
             {
                 "index": 0,
@@ -314,14 +310,18 @@ def completion_body(
             }
         ],
         "usage": usage_to_openai(reply.usage),
-        "parley": {**_parley(generation), **_summary(generation), "tools": tool_report(ran)},
-        "status": _finish_status(generation, dialect),
+        "parley": {
+            **_parley(generation),
+            **_summary(generation, result),
+            "tools": tool_report(result.server_calls),
+        },
+        "status": _finish_status(result, dialect),
         "message_type": 1,
         "message_id": generation.message_id,
     }
 
 
-def tool_report(calls: list[ToolCallPart]) -> list[dict[str, Any]]:
+def tool_report(calls: Sequence[ToolCallPart]) -> list[dict[str, Any]]:
     """The server-side tool calls of a reply, for the non-streaming response."""
     return [
         {

@@ -101,8 +101,9 @@ async def run_task(request: Request) -> Response:
     generation = await state.service.prepare(turn)
     if body.stream:
         return stream_response(state, generation, include_usage=True)
-    completion = completion_body(generation, await finished(state, generation, request))
-    stopped = generation.turn.stop
+    reply = await finished(state, generation, request)
+    completion = completion_body(generation, reply)
+    stopped = reply.result.stop
     result: dict[str, Any] = {
         "id": f"task_{generation.message_id}",
         "object": "task",

@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from parley import fairness
 from parley.agent.loop import AgentLoop, AgentRequest
-from parley.agent.turn import TurnState
+from parley.agent.turn import Stop, TurnState
 from parley.conversations.citations import Citations
 from parley.conversations.finishing import Finisher
 from parley.conversations.outgoing import Outgoing
@@ -124,6 +124,26 @@ CLIENT_LEFT = ParleyError(
     "the client went away before the reply ended; it was cancelled", code="client_disconnected"
 )
 """Saved as the error of a reply cancelled because its client left."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What a turn came to, as the HTTP edge answers it: read when the reply ends (or
+    fails), never the agent's live state."""
+
+    parts: tuple[Part, ...]
+    client_calls: tuple[ToolCallPart, ...]
+    """Calls left for the client to run."""
+    server_calls: tuple[ToolCallPart, ...]
+    """Calls the server ran, with their results."""
+    pending: tuple[ToolCallPart, ...]
+    """Server calls waiting for a person's approval."""
+    stop: Stop | None
+    """Why the loop ended the turn on its own (a budget, a loop, a safety stop)."""
+    answered_by: str | None
+    """The public name of the model that gave the last reply (a fallback, maybe)."""
+    steps_done: bool
+    """A step finished (its tools ran): a retry would run them again."""
 
 
 class Generation:
@@ -275,62 +295,14 @@ class Generation:
                 await self._emit(StreamError(self._abort_error or Overloaded("stopped")))
             return
         saved = asyncio.ensure_future(self._save_turn())
-        saved_ok = False
-        turn = self.turn
-        last_checkpoint = time.monotonic()
         done: Done | None = None
         error: ParleyError | None = None
         try:
-            if self._record is not None and self._record.claim:
-                await asyncio.shield(saved)
-                saved_ok = True
-            if self._shape is not None:
-                await self._emit(Status("preparing", "the request"))
-                outgoing = await self._shape()
-                self.notes = outgoing.notes
-                self.citations.from_context(outgoing.used_snippets)
-                self._request = replace(self._request, history=outgoing.messages)
-            events = self._agent.run(self._request, turn)
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    if isinstance(event, Done):
-                        done = event
-                        break
-                    if not saved_ok:
-                        if isinstance(event, Status | Restart):
-                            await self._emit(event)  # shown to nobody yet: no need to wait
-                            continue
-                        await asyncio.shield(saved)  # raises if the turn could not be saved
-                        saved_ok = True
-                    if isinstance(event, StepDone):
-                        await self._commit_step()
-                        last_checkpoint = time.monotonic()
-                        continue
-                    await self._emit(event)
-                    now = time.monotonic()
-                    if (
-                        now - last_checkpoint >= self._checkpoint_seconds
-                        and self._checkpoint is None
-                    ):
-                        last_checkpoint = now
-                        self._checkpoint = asyncio.create_task(self._save_checkpoint())
-            if done is None:
-                raise ProviderError(
-                    "the agent loop ended without finishing",
-                    provider=self.model.provider.name,
-                    code="upstream_incomplete",
-                )
+            done = await self._pump(saved)
         except ParleyError as exc:
             error = exc
         except (asyncio.CancelledError, _ClientGone) as exc:
-            self._closing = True
-            left = self._left or isinstance(exc, _ClientGone)
-            reason = self._abort_error or (CLIENT_LEFT if left else None)
-            self._final = asyncio.ensure_future(self._finish_after(saved, "interrupted", reason))
-            await _unless_failed(self._final)
-            if self._abort_error is not None:
-                with contextlib.suppress(Exception):
-                    await self._emit(StreamError(self._abort_error))
+            await self._interrupted(saved, left=self._left or isinstance(exc, _ClientGone))
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
@@ -338,12 +310,71 @@ class Generation:
             log.exception("generation %s crashed", self.message_id)
             error = ParleyError(f"internal error during generation: {type(exc).__name__}")
         self._closing = True
-        if error is None and turn.stop is not None and turn.stop.code == "shutdown":
+        await self._conclude(saved, done, error)
+
+    async def _pump(self, saved: asyncio.Future[None]) -> Done:
+        """Shape the history, run the agent loop and hand its events to the sink, writing
+        each finished step and checkpointing the text between. Nothing reaches the
+        client before the turn's rows are saved (``saved``), but status lines."""
+        saved_ok = False
+        if self._record is not None and self._record.claim:
+            await asyncio.shield(saved)
+            saved_ok = True
+        if self._shape is not None:
+            await self._emit(Status("preparing", "the request"))
+            outgoing = await self._shape()
+            self.notes = outgoing.notes
+            self.citations.from_context(outgoing.used_snippets)
+            self._request = replace(self._request, history=outgoing.messages)
+        last_checkpoint = time.monotonic()
+        events = self._agent.run(self._request, self.turn)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, Done):
+                    return event
+                if not saved_ok:
+                    if isinstance(event, Status | Restart):
+                        await self._emit(event)  # shown to nobody yet: no need to wait
+                        continue
+                    await asyncio.shield(saved)  # raises if the turn could not be saved
+                    saved_ok = True
+                if isinstance(event, StepDone):
+                    await self._commit_step()
+                    last_checkpoint = time.monotonic()
+                    continue
+                await self._emit(event)
+                now = time.monotonic()
+                if now - last_checkpoint >= self._checkpoint_seconds and self._checkpoint is None:
+                    last_checkpoint = now
+                    self._checkpoint = asyncio.create_task(self._save_checkpoint())
+        raise ProviderError(
+            "the agent loop ended without finishing",
+            provider=self.model.provider.name,
+            code="upstream_incomplete",
+        )
+
+    async def _interrupted(self, saved: asyncio.Future[None], *, left: bool) -> None:
+        """Cancelled (an abort, or its client left): saved as interrupted with its text so
+        far, and an aborting reason told to the client if it is still there."""
+        self._closing = True
+        reason = self._abort_error or (CLIENT_LEFT if left else None)
+        self._final = asyncio.ensure_future(self._finish_after(saved, "interrupted", reason))
+        await _unless_failed(self._final)
+        if self._abort_error is not None:
+            with contextlib.suppress(Exception):
+                await self._emit(StreamError(self._abort_error))
+
+    async def _conclude(
+        self, saved: asyncio.Future[None], done: Done | None, error: ParleyError | None
+    ) -> None:
+        """Write the final state of a turn that ended on its own, then tell the client."""
+        stop = self.turn.stop
+        if error is None and stop is not None and stop.code == "shutdown":
             # stopped between steps by a shutdown: unfinished work, and the client is told
             error = Overloaded("the server is shutting down; try again shortly", retry_after=5)
             await self._close(saved, "interrupted", error, StreamError(error))
         elif error is not None:
-            status: MessageStatus = "incomplete" if turn.has_output else "failed"
+            status: MessageStatus = "incomplete" if self.turn.has_output else "failed"
             await self._close(saved, status, error, StreamError(error))
         else:
             assert done is not None
@@ -353,6 +384,19 @@ class Generation:
     @property
     def request(self) -> AgentRequest:
         return self._request
+
+    def result(self) -> TurnResult:
+        """The turn as it stands (once ended: as it ended)."""
+        turn = self.turn
+        return TurnResult(
+            parts=turn.parts(),
+            client_calls=tuple(turn.unanswered_calls()),
+            server_calls=tuple(turn.server_calls()),
+            pending=tuple(turn.pending_calls()),
+            stop=turn.stop,
+            answered_by=turn.answered_by,
+            steps_done=bool(turn.committed),
+        )
 
     @property
     def stored(self) -> bool:
