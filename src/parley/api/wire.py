@@ -13,6 +13,7 @@ Tools given as full definitions are the client's; plain strings name server tool
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -68,47 +69,16 @@ def to_turn(
     _check_limits(body, limits)
     extra = body.extra_body or {}
     skipped: list[str] = []  # Chatchat's route: tools named that Parley does not have
-    lenient = source == "chatchat"
-    conversation_id = body.conversation_id or _str_or_none(extra.get("conversation_id"))
     messages, trailing, orphans = to_messages(body.messages)
     max_tokens = body.max_completion_tokens or body.max_tokens or None
-    tokens_field: TokensField | None = (
-        "max_completion_tokens"
-        if body.max_completion_tokens
-        else "max_tokens"
-        if max_tokens
-        else None
-    )
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     options = {
         name: getattr(body, name) for name in _PASSTHROUGH if getattr(body, name) is not None
     }
-    if body.functions is not None:  # legacy: the same as tools
-        legacy: list[WireTool | str] = [WireTool(function=f) for f in body.functions]
-        client_tools, server_tools = _tool_specs(legacy, tools, skipped if lenient else None)
-        choice = body.function_call
-        tool_choice = _tool_choice(
-            choice.name if isinstance(choice, LegacyFunctionChoice) else choice
-        )
+    asked = _tools_asked(body, tools, limits, skipped if source == "chatchat" else None)
+    if asked.legacy:
         options.setdefault("parallel_tool_calls", False)  # a legacy reply names one call
-    else:
-        client_tools, server_tools = _tool_specs(
-            body.tools or [], tools, skipped if lenient else None
-        )
-        tool_choice = _tool_choice(body.tool_choice)
-    if lenient:
-        tool_choice = _chatchat_choice(tool_choice, tools, skipped)
     approvals = _decisions(body.approvals if body.approvals is not None else extra.get("approvals"))
-    tool_config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
-    if isinstance(tool_config, dict):
-        if len(tool_config) > limits.max_tools:
-            raise InvalidRequest(
-                f"too many tools ({len(tool_config)} > {limits.max_tools})", param="tool_config"
-            )
-        configured = _server_tool_names(
-            [("tool_config", name) for name in tool_config], tools, skipped if lenient else None
-        )
-        server_tools = (*server_tools, *(n for n in configured if n not in server_tools))
+    bases = body.knowledge_bases
     return ChatTurn(
         owner=caller.owner,
         caller=caller,
@@ -117,30 +87,78 @@ def to_turn(
         messages=messages,
         trailing_answers=trailing,
         orphan_answers=orphans,
-        conversation_id=conversation_id,
+        conversation_id=body.conversation_id or _str_or_none(extra.get("conversation_id")),
         create_missing=create_missing,
-        tools=client_tools,
-        server_tools=server_tools,
-        tool_choice=tool_choice,
+        tools=asked.client,
+        server_tools=asked.server,
+        tool_choice=asked.choice,
         max_tokens=max_tokens,
-        tokens_field=tokens_field,
+        tokens_field=_tokens_field(body),
         temperature=body.temperature,
         top_p=body.top_p,
-        stop=stop,
+        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
         options=options,
         store=body.store is not False,
         stream=body.stream,
         approvals=approvals,
         assistant=body.assistant or _str_or_none(extra.get("assistant")),
         knowledge_bases=_names(
-            body.knowledge_bases
-            if body.knowledge_bases is not None
-            else extra.get("knowledge_bases"),
-            "knowledge_bases",
+            bases if bases is not None else extra.get("knowledge_bases"), "knowledge_bases"
         ),
         use_mcp=_use_mcp(body.use_mcp if body.use_mcp is not None else extra.get("use_mcp")),
         notes=(skipped_note(list(dict.fromkeys(skipped))),) if skipped else (),
     )
+
+
+def _tokens_field(body: ChatCompletionRequest) -> TokensField | None:
+    """Which field the client capped the reply's tokens with (sent upstream as it was)."""
+    if body.max_completion_tokens:
+        return "max_completion_tokens"
+    return "max_tokens" if body.max_tokens else None
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolsAsked:
+    client: tuple[ToolSpec, ...]
+    """The client's own tools (it runs them)."""
+    server: tuple[str, ...]
+    """Server tools the request names."""
+    choice: str | dict[str, Any] | None
+    legacy: bool
+    """Given as ``functions`` (the reply names one call)."""
+
+
+def _tools_asked(
+    body: ChatCompletionRequest,
+    registry: ToolRegistry,
+    limits: ChatSettings,
+    skipped: list[str] | None,
+) -> _ToolsAsked:
+    """The request's tools: its ``tools`` (or legacy ``functions``), its choice, and the
+    server tools ``tool_config`` names. ``skipped`` (Chatchat's route, which is lenient):
+    collects the names Parley has no tool for, instead of refusing them."""
+    extra = body.extra_body or {}
+    legacy = body.functions is not None
+    if body.functions is not None:  # legacy: the same as tools
+        wire: list[WireTool | str] = [WireTool(function=f) for f in body.functions]
+        choice = body.function_call
+        named = choice.name if isinstance(choice, LegacyFunctionChoice) else choice
+        client, server = _tool_specs(wire, registry, skipped)
+        tool_choice = _tool_choice(named)
+    else:
+        client, server = _tool_specs(body.tools or [], registry, skipped)
+        tool_choice = _tool_choice(body.tool_choice)
+    if skipped is not None:
+        tool_choice = _chatchat_choice(tool_choice, registry, skipped)
+    config = body.tool_config if body.tool_config is not None else extra.get("tool_config")
+    if isinstance(config, dict):
+        if len(config) > limits.max_tools:
+            raise InvalidRequest(
+                f"too many tools ({len(config)} > {limits.max_tools})", param="tool_config"
+            )
+        configured = _server_tool_names([("tool_config", n) for n in config], registry, skipped)
+        server = (*server, *(n for n in configured if n not in server))
+    return _ToolsAsked(client, server, tool_choice, legacy)
 
 
 def _use_mcp(value: Any) -> bool | None:
