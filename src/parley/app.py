@@ -57,12 +57,12 @@ from parley.api.chatchat.kb_tool import search_local_knowledgebase
 from parley.api.cookies import SessionCache
 from parley.api.idempotency import Idempotency
 from parley.api.json_depth import shallow_body
-from parley.api.knowledge import MULTIPART_SLACK
 from parley.api.mcp import check_admissible
 from parley.api.mcp_endpoint import McpEndpoint
 from parley.api.openapi import answers
 from parley.api.shapes import Health
 from parley.api.state import AppState
+from parley.api.uploads import uploads_bound
 from parley.api.webui import WebUI
 from parley.conversations.judge import ModelJudge
 from parley.conversations.outgoing import OutgoingBuilder
@@ -392,9 +392,7 @@ def _routes(app: FastAPI, settings: Settings) -> None:
 
 def _largest_body(settings: Settings) -> int:
     """The largest request body a route takes: an upload's, or any other's."""
-    knowledge = settings.knowledge
-    uploads = knowledge.max_files_per_upload * (knowledge.max_upload_bytes + MULTIPART_SLACK)
-    return max(settings.server.max_body_bytes, uploads)
+    return max(settings.server.max_body_bytes, uploads_bound(settings.knowledge))
 
 
 async def _knowledge(

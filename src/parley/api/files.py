@@ -33,9 +33,9 @@ from starlette.exceptions import HTTPException
 from starlette.responses import FileResponse
 
 from parley.api.downloads import download_headers
-from parley.api.knowledge import LENGTH_REQUIRED, MULTIPART_SLACK, LengthRequired
 from parley.api.openapi import answers, multipart_body
 from parley.api.state import AppState
+from parley.api.uploads import MULTIPART_SLACK, upload_refusal
 from parley.errors import InvalidRequest, NotFound, PayloadTooLarge
 from parley.transforms.images import KEPT, ImageSaver, sniff_media_type
 
@@ -132,11 +132,10 @@ async def _read_form(request: Request, limit: int) -> FormData:
             param="file",
             code="invalid_multipart",
         )
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit():
-        raise LengthRequired(LENGTH_REQUIRED, param="file")
-    if int(declared) > limit + MULTIPART_SLACK:
-        raise PayloadTooLarge(f"the file is larger than {limit} bytes", param="file")
+    too_large = f"the file is larger than {limit} bytes"
+    refusal = upload_refusal(request, limit + MULTIPART_SLACK, too_large, param="file")
+    if refusal is not None:
+        raise refusal
     try:
         return await request.form(max_files=1, max_fields=10, max_part_size=1024)
     except HTTPException as exc:  # more than one file, or a malformed body

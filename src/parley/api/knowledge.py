@@ -50,12 +50,12 @@ from parley.api.shapes import (
 from parley.api.shapes import Document as DocumentShape
 from parley.api.shapes import KnowledgeBase as BaseShape
 from parley.api.state import AppState
+from parley.api.uploads import too_many_bytes, upload_refusal, uploads_bound
 from parley.errors import (
     InvalidRequest,
     NotFound,
     Overloaded,
     ParleyError,
-    PayloadTooLarge,
     RateLimited,
 )
 from parley.knowledge.service import KnowledgeService, SearchResult, UploadTooLarge
@@ -67,19 +67,6 @@ router = APIRouter(prefix="/v1/knowledge_bases", tags=["knowledge"])
 
 READ_PIECE = 1024 * 1024
 """Bytes read from an uploaded file per step."""
-MULTIPART_SLACK = 64 * 1024
-"""Per-file allowance for multipart headers when checking Content-Length up front."""
-LENGTH_REQUIRED = (
-    "send the upload with a Content-Length header (its size is checked before it is read)"
-)
-
-
-class LengthRequired(InvalidRequest):
-    """An upload sent without Content-Length (chunked), whose size cannot be checked."""
-
-    status = 411
-    code = "length_required"
-
 
 SAFE_TYPES = frozenset(
     {
@@ -378,16 +365,11 @@ async def upload_documents(request: Request, kb: str) -> JSONResponse:
     service, owner = await _context(request)
     base = await _base(service, owner, kb)
     settings = service.settings
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit():
-        raise LengthRequired(LENGTH_REQUIRED, param="files")
-    bound = settings.max_files_per_upload * (settings.max_upload_bytes + MULTIPART_SLACK)
-    if int(declared) > bound:
-        raise PayloadTooLarge(
-            f"the request is larger than {settings.max_files_per_upload} files of "
-            f"{settings.max_upload_bytes} bytes",
-            param="files",
-        )
+    refusal = upload_refusal(
+        request, uploads_bound(settings), too_many_bytes(settings), param="files"
+    )
+    if refusal is not None:
+        raise refusal
     try:
         form = await request.form(
             max_files=settings.max_files_per_upload, max_fields=20, max_part_size=1024

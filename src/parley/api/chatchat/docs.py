@@ -45,7 +45,8 @@ from parley.api.chatchat.common import (
 )
 from parley.api.chatchat.shapes import FileListReply, FilesReply, Reply
 from parley.api.openapi import FILES, answers, model_schema, multipart_body
-from parley.errors import Conflict, InvalidRequest, ParleyError, PayloadTooLarge, RateLimited
+from parley.api.uploads import LengthRequired, too_many_bytes, upload_refusal, uploads_bound
+from parley.errors import Conflict, InvalidRequest, ParleyError, RateLimited
 from parley.knowledge.service import KnowledgeService
 from parley.store.knowledge import Document, KnowledgeBase
 
@@ -55,10 +56,6 @@ router = APIRouter()
 INDEX_WAIT_SECONDS = 60.0
 """How long ``upload_docs`` and ``update_docs`` wait for their files to be indexed."""
 READ_PIECE = 1024 * 1024
-MULTIPART_SLACK = 64 * 1024
-LENGTH_REQUIRED = (
-    "send the upload with a Content-Length header (its size is checked before it is read)"
-)
 INLINE_TYPES = frozenset({"application/pdf", "image/png", "image/jpeg", "image/gif", "image/webp"})
 """Previewed inline as they are; ``text/*`` other than HTML and XML is inline as
 ``text/plain``; everything else is an attachment even with ``preview``."""
@@ -301,16 +298,13 @@ async def upload_docs(request: Request) -> dict[str, Any] | JSONResponse:
     if service is None:
         return disabled()
     settings = service.settings
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit():  # chunked: its size could not be checked before reading
-        return JSONResponse(reply(411, LENGTH_REQUIRED), status_code=411)
-    bound = settings.max_files_per_upload * (settings.max_upload_bytes + MULTIPART_SLACK)
-    if int(declared) > bound:
-        raise PayloadTooLarge(
-            f"the request is larger than {settings.max_files_per_upload} files of "
-            f"{settings.max_upload_bytes} bytes",
-            param="files",
-        )
+    refusal = upload_refusal(
+        request, uploads_bound(settings), too_many_bytes(settings), param="files"
+    )
+    if isinstance(refusal, LengthRequired):  # answered as Chatchat's reply
+        return JSONResponse(reply(411, refusal.message), status_code=411)
+    if refusal is not None:
+        raise refusal
     async with request.form(max_files=settings.max_files_per_upload, max_fields=50) as form:
         name = _text(form, "knowledge_base_name")
         if not name:

@@ -46,8 +46,6 @@ from starlette.responses import JSONResponse
 
 from parley.api.chatchat.common import CHUNK_SIZE, OVERLAP_SIZE, caller, disabled, reply
 from parley.api.chatchat.docs import (
-    LENGTH_REQUIRED,
-    MULTIPART_SLACK,
     _chunking_note,
     _flag,
     _index_failures,
@@ -67,6 +65,7 @@ from parley.api.chatchat.kb import (
 from parley.api.chatchat.shapes import ChatchatDocument, Reply
 from parley.api.openapi import FILES, answers, model_schema, multipart_body
 from parley.api.shapes import Shape
+from parley.api.uploads import too_many_bytes, upload_refusal, uploads_bound
 from parley.errors import InvalidRequest, ParleyError, RateLimited
 from parley.knowledge.service import KnowledgeService
 from parley.knowledge.temporary import find_temp_base, temporary_bases
@@ -169,16 +168,11 @@ async def _read_form(request: Request, service: KnowledgeService) -> FormData | 
     Content-Length (411), larger than the most files of the largest size, or more files
     than ``max_files_per_upload`` (413)."""
     settings = service.settings
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit():  # chunked: its size could not be checked before reading
-        return _refused(411, LENGTH_REQUIRED)
-    bound = settings.max_files_per_upload * (settings.max_upload_bytes + MULTIPART_SLACK)
-    if int(declared) > bound:
-        return _refused(
-            413,
-            f"the request is larger than {settings.max_files_per_upload} files of "
-            f"{settings.max_upload_bytes} bytes",
-        )
+    refusal = upload_refusal(
+        request, uploads_bound(settings), too_many_bytes(settings), param="files"
+    )
+    if refusal is not None:
+        return _refused(refusal.status, refusal.message)
     try:
         return await request.form(max_files=settings.max_files_per_upload, max_fields=50)
     except HTTPException as exc:
