@@ -166,45 +166,61 @@ async def run(
     )
     os.sched_setaffinity(0, rig.client_cores)
     try:
-        rig.start_mock()
-        floor = rig.start_floor()
-        parley = rig.start_parley()
-        peers: list[Service] = []
-        if litellm:
-            peer = rig.start_litellm(litellm_venv)
-            if peer is not None:
-                peers.append(peer)
-                report["versions"]["litellm"] = rig.litellm_version(litellm_venv) or "?"
-        targets = [rig.services["direct"], floor, parley, *peers]
-        servers = [floor, parley, *peers]
-        idle = {s.name: round(s.rss_mb(), 1) for s in servers}
-        results = report["figures"]
-        results["1_ttft_sequential"] = await figures.sequential(rig, targets, profile)
-        results["3_gaps_alone"] = await figures.gaps_alone(rig, targets, profile)
-        results["4_cpu_per_chunk"] = await figures.cpu_per_chunk(rig, targets, profile)
-        results["5_concurrent_streams"] = await figures.concurrent_streams(rig, servers, profile)
-        results["6_requests_per_second"] = await figures.requests_per_second(
-            rig, targets, profile, parley_pass_through=True
-        )
-        rates = {s.name: await figures.saturation(rig, s) for s in servers}
-        report["saturation_streams_per_s"] = {k: round(v, 1) for k, v in rates.items()}
-        results["2_3_half_load"] = await figures.at_load(
-            rig, [rig.services["direct"], *servers], profile, factor=0.5, rates=rates
-        )
-        results["8_overload_2x"] = await figures.at_load(
-            rig, servers, profile, factor=2.0, rates=rates
-        )
-        memory = await figures.memory(rig, servers, profile)
-        for name, value in idle.items():
-            memory[name]["idle_at_start_mb"] = value
-        results["7_memory"] = memory
-        local = await local_model(rig, profile)
-        if local is not None:
-            results["13_local_model"] = local
+        await _served_figures(rig, profile, report, litellm_venv if litellm else None)
     finally:
         rig.stop()
     # Engine figures, in this process, once the servers are gone (nothing competes).
+    await _engine_figures(profile, report["figures"], knowledge)
+    report["seconds"] = round(time.time() - started, 1)
+    report["warnings"] = rig.warnings + _rig_limits(report)
+    write(report, out)
+    return report
+
+
+async def _served_figures(
+    rig: Rig, profile: Profile, report: dict[str, Any], litellm_venv: Path | None
+) -> None:
+    """Figures 1 to 8 and 13: the servers side by side over loopback (LiteLLM too when
+    ``litellm_venv`` is given)."""
+    rig.start_mock()
+    floor = rig.start_floor()
+    parley = rig.start_parley()
+    peers: list[Service] = []
+    if litellm_venv is not None:
+        peer = rig.start_litellm(litellm_venv)
+        if peer is not None:
+            peers.append(peer)
+            report["versions"]["litellm"] = rig.litellm_version(litellm_venv) or "?"
+    targets = [rig.services["direct"], floor, parley, *peers]
+    servers = [floor, parley, *peers]
+    idle = {s.name: round(s.rss_mb(), 1) for s in servers}
     results = report["figures"]
+    results["1_ttft_sequential"] = await figures.sequential(rig, targets, profile)
+    results["3_gaps_alone"] = await figures.gaps_alone(rig, targets, profile)
+    results["4_cpu_per_chunk"] = await figures.cpu_per_chunk(rig, targets, profile)
+    results["5_concurrent_streams"] = await figures.concurrent_streams(rig, servers, profile)
+    results["6_requests_per_second"] = await figures.requests_per_second(
+        rig, targets, profile, parley_pass_through=True
+    )
+    rates = {s.name: await figures.saturation(rig, s) for s in servers}
+    report["saturation_streams_per_s"] = {k: round(v, 1) for k, v in rates.items()}
+    results["2_3_half_load"] = await figures.at_load(
+        rig, [rig.services["direct"], *servers], profile, factor=0.5, rates=rates
+    )
+    results["8_overload_2x"] = await figures.at_load(rig, servers, profile, factor=2.0, rates=rates)
+    memory = await figures.memory(rig, servers, profile)
+    for name, value in idle.items():
+        memory[name]["idle_at_start_mb"] = value
+    results["7_memory"] = memory
+    local = await local_model(rig, profile)
+    if local is not None:
+        results["13_local_model"] = local
+
+
+async def _engine_figures(
+    profile: Profile, results: dict[str, Any], knowledge: KnowledgeSettings | None
+) -> None:
+    """Figures 9 to 12 (and 14 in the full profile): Parley's engine in this process."""
     results["9_agent_steps"] = await agent_steps(
         profile.agent_tool_counts,
         turns=profile.agent_turns,
@@ -226,10 +242,6 @@ async def run(
     )
     if profile.name in QUALITY_PROFILES:
         results["14_retrieval_quality"] = await retrieval_quality(knowledge)
-    report["seconds"] = round(time.time() - started, 1)
-    report["warnings"] = rig.warnings + _rig_limits(report)
-    write(report, out)
-    return report
 
 
 async def run_quality(out: Path, knowledge: KnowledgeSettings | None = None) -> dict[str, Any]:
