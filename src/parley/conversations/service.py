@@ -275,7 +275,7 @@ class ConversationService:
         if plan.resume is not None:
             await self._restore_citations(turn.owner, plan, citations)
         names = self._server_tools(turn, assistant, reach, plan)
-        tools, server_tools = await self._turn_tools.with_mcp(
+        offered = await self._turn_tools.with_mcp(
             turn, assistant, model, names, plan.resumed_tools, notes
         )
         conversation_id = turn.conversation_id or (new_id("conv") if turn.store else None)
@@ -286,26 +286,8 @@ class ConversationService:
             conversation_id=conversation_id,
             message_id=message_id,
         )
-        request = AgentRequest(
-            owner=turn.owner,
-            conversation_id=conversation_id,
-            message_id=message_id,
-            history=self._plain_history(plan),
-            template=request_template(turn, assistant, model),
-            models=self._models(model, turn),
-            server_tools=server_tools,
-            caller=turn.caller,
-            source=turn.source,
-            client_retries=turn.client_retries,
-            policies=tool_policies(
-                server_tools,
-                assistant,
-                self._settings.tools.approval,
-                confirm_remember=self._settings.memory.confirm_remember,
-            ),
-            resume=plan.resume,
-            reach=reach,
-            tools=tools,
+        request = self._request(
+            turn, assistant, model, plan, reach, offered, ids=(conversation_id, message_id)
         )
         record = turn_record(turn, plan, conversation_id, message_id, model, assistant)
         spec = GenerationSpec(
@@ -331,6 +313,44 @@ class ConversationService:
             agent=self._agent,
             checkpoint_seconds=self._settings.chat.checkpoint_seconds,
             citation_store=self._citations,
+        )
+
+    def _request(
+        self,
+        turn: ChatTurn,
+        assistant: Assistant | None,
+        model: ResolvedModel,
+        plan: TurnPlan,
+        reach: Reach,
+        offered: tuple[ToolRegistry | None, tuple[str, ...]],
+        *,
+        ids: tuple[str | None, str],
+    ) -> AgentRequest:
+        """What the agent loop is asked: the history, the model request's template, the
+        models to try, the tools offered (``offered``: the registry with the request's
+        MCP tools, and the server tools' names) and their approval policies. ``ids``:
+        the conversation's (None: not stored) and the reply's."""
+        tools, server_tools = offered
+        return AgentRequest(
+            owner=turn.owner,
+            conversation_id=ids[0],
+            message_id=ids[1],
+            history=self._plain_history(plan),
+            template=request_template(turn, assistant, model),
+            models=self._models(model, turn),
+            server_tools=server_tools,
+            caller=turn.caller,
+            source=turn.source,
+            client_retries=turn.client_retries,
+            policies=tool_policies(
+                server_tools,
+                assistant,
+                self._settings.tools.approval,
+                confirm_remember=self._settings.memory.confirm_remember,
+            ),
+            resume=plan.resume,
+            reach=reach,
+            tools=tools,
         )
 
     def _server_tools(
