@@ -187,10 +187,10 @@ async def sandbox_finding(settings: Settings) -> Finding:
 
 async def reader_finding(settings: Settings) -> Finding:
     """A document reader starts under the ``documents`` limits and reads a document."""
+    from parley.documents.types import DocumentLimits
     from parley.extraction.clients import AttachmentReader
     from parley.extraction.pool import ReaderPool
     from parley.messages import FilePart
-    from parley.transforms.documents import DocumentLimits
 
     documents = settings.documents
     pool = ReaderPool(documents)

@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
+from parley.documents.types import DocumentError, DocumentLimits, UnreadableDocument
 from parley.extraction.clients import AttachmentReader, KnowledgeExtractor
 from parley.extraction.pool import ReaderCrashed, ReaderPool, ReadTimedOut
 from parley.extraction.protocol import ReadAttachment, Text
-from parley.knowledge.types import UnreadableDocument
 from parley.messages import FilePart
 from parley.settings.extraction import DocumentSettings
-from parley.transforms.documents import DocumentError, DocumentLimits
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]

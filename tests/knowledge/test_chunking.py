@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parley.documents.types import Block, ExtractedDocument
 from parley.knowledge.chunking import chunk
-from parley.knowledge.types import Block, Chunk, ExtractedDocument
+from parley.knowledge.types import Chunk
 
 
 def document(*blocks: Block) -> ExtractedDocument:

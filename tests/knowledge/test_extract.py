@@ -12,10 +12,10 @@ import docx
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from parley.knowledge.blocks import ROW_BLOCK_CHARS
+from parley.documents.blocks import ROW_BLOCK_CHARS
+from parley.documents.json import JSON_BLOCK_CHARS
+from parley.documents.types import Block, ExtractedDocument, UnreadableDocument
 from parley.knowledge.extract import extract
-from parley.knowledge.formats import JSON_BLOCK_CHARS
-from parley.knowledge.types import Block, ExtractedDocument, UnreadableDocument
 
 DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 

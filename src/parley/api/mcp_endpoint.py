@@ -75,7 +75,7 @@ from parley.identity import Caller
 from parley.memory.store import GLOBAL
 from parley.messages import Role
 from parley.tools.builtins.session import snippet
-from parley.tools.builtins.web import fence_untrusted
+from parley.untrusted import fence_untrusted
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

@@ -71,6 +71,7 @@ from parley.conversations.context import (
 from parley.conversations.ocr import ModelOcr, current_turn
 from parley.conversations.pipelines import Pipelines, default_pipeline_acts
 from parley.conversations.reach import MemoryRetrieval
+from parley.documents.types import DocumentLimits
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
 from parley.messages import Message, TextPart
@@ -80,7 +81,6 @@ from parley.store.repository import ConversationStore, StoredMessage
 from parley.store.summaries import StoredSummary, SummaryStore
 from parley.tools.protocol import NO_REACH, Reach
 from parley.tools.registry import ToolRegistry
-from parley.transforms.documents import DocumentLimits
 from parley.transforms.input import (
     CAPABILITY_TOOLS,
     CAPABILITY_VISION,

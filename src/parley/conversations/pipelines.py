@@ -13,8 +13,8 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from parley.conversations.assistants import Assistant, TransformerSettings, transformer_settings
+from parley.documents.types import DocumentLimits
 from parley.messages import FilePart, ImagePart, Message, TextPart
-from parley.transforms.documents import DocumentLimits
 from parley.transforms.input import (
     DocumentPromptConfig,
     DocumentReader,

@@ -22,6 +22,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import cast
 
+from parley.documents.types import (
+    Document,
+    DocumentError,
+    DocumentKind,
+    DocumentLimits,
+    ErrorReason,
+    UnreadableDocument,
+)
 from parley.extraction.pool import ReaderPool, ReadFailed, ReadTimedOut
 from parley.extraction.protocol import (
     Chunks,
@@ -33,15 +41,8 @@ from parley.extraction.protocol import (
     Text,
 )
 from parley.knowledge.reading import Extraction
-from parley.knowledge.types import Chunk, UnreadableDocument
+from parley.knowledge.types import Chunk
 from parley.messages import FilePart
-from parley.transforms.documents import (
-    Document,
-    DocumentError,
-    DocumentKind,
-    DocumentLimits,
-    ErrorReason,
-)
 
 _REASONS: frozenset[str] = frozenset({"unsupported", "corrupt", "encrypted", "too_large"})
 

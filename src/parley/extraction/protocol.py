@@ -29,7 +29,7 @@ CHUNK_FRAME_CHARS = 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class ReadAttachment:
     """Read an attached file (its ``data``: a ``data:`` URL or bare base64) under
-    ``limits`` (the fields of ``transforms.documents.DocumentLimits``)."""
+    ``limits`` (the fields of ``documents.types.DocumentLimits``)."""
 
     kind: ClassVar[str] = "read_attachment"
     id: int
@@ -62,7 +62,7 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Text:
-    """An attachment's text (``transforms.documents.Document``)."""
+    """An attachment's text (``documents.types.Document``)."""
 
     kind: ClassVar[str] = "text"
     id: int

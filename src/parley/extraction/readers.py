@@ -1,7 +1,7 @@
 """What a reader process runs for each job: Parley's own readers, or another.
 
 ``read(job)`` yields the reply frames of one job: an attachment becomes its ``Text``
-(``transforms.documents.read_file_part``); a knowledge upload is read from its file,
+(``documents.attached.read_file_part``); a knowledge upload is read from its file,
 extracted (``knowledge.extract.extract``) and chunked (``knowledge.chunking.chunk``),
 then sent as ``Chunks`` frames and an ``Extracted``. A document that cannot be read is a
 ``Failed`` frame with the reason, never an exception.
@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
 
+from parley.documents.attached import read_file_part
+from parley.documents.types import DocumentError, DocumentLimits, UnreadableDocument
 from parley.extraction.protocol import (
     CHUNK_FRAME_CHARS,
     Chunks,
@@ -34,9 +36,7 @@ from parley.extraction.protocol import (
 )
 from parley.knowledge.chunking import chunk
 from parley.knowledge.extract import extract
-from parley.knowledge.types import UnreadableDocument
 from parley.messages import FilePart
-from parley.transforms.documents import DocumentError, DocumentLimits, read_file_part
 
 DEFAULT_READER = "parley.extraction.readers:read"
 

@@ -37,7 +37,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from parley.knowledge.types import Block, Chunk, ExtractedDocument
+from parley.documents.types import Block, ExtractedDocument
+from parley.knowledge.types import Chunk
 
 SEPARATOR = "\n\n"
 """What joins two blocks in a chunk's text."""

@@ -29,178 +29,48 @@ Per format:
 - CSV: the delimiter is sniffed (``,`` ``;`` tab ``|``); rows are row groups.
 - JSON: one block per top-level key or array item, labelled with its key or index and
   pretty-printed (short lists and objects on one line); a value whose compact text is
-  longer than ``JSON_BLOCK_CHARS`` (``formats.py``) is split into its own keys or items,
-  each labelled with its path (``users[3].name: ...``). Invalid JSON is refused.
+  longer than ``JSON_BLOCK_CHARS`` (``documents/json.py``) is split into its own keys or
+  items, each labelled with its path (``users[3].name: ...``). Invalid JSON is refused.
 
-A row group is up to ``ROW_BLOCK_CHARS`` (``blocks.py``) characters of rows (cells
-joined by `` | ``), each group starting with the header row, so a chunk of a table still
-says what its columns are. ``ROW_BLOCK_CHARS`` is below the default chunk size, so a
-group usually becomes one chunk.
+A row group is up to ``ROW_BLOCK_CHARS`` (``documents/blocks.py``) characters of rows
+(cells joined by `` | ``), each group starting with the header row, so a chunk of a
+table still says what its columns are. ``ROW_BLOCK_CHARS`` is below the default chunk
+size, so a group usually becomes one chunk.
 
 Text is decoded from a byte-order mark (UTF-8, UTF-16, UTF-32), else the charset the
 content type declares, else UTF-8, else charset_normalizer's guess when it is installed,
-else Windows-1252 (``documents.decode_text``); bad bytes become U+FFFD, never an error.
+else Windows-1252 (``documents.text.decode``); bad bytes become U+FFFD, never an error.
 NUL characters are removed and lone surrogates replaced, so every block can be stored.
 
 ``extract`` is synchronous and pure, with no limits of its own beyond the unpacked size
 of a DOCX and the PDF limits above; the caller limits the upload. The server runs it only
 in a reader process (``parley.extraction``), under a deadline and a memory limit.
 
-Where the code is: this module holds ``extract`` itself (format detection, the refusal
-of binary data, dispatch) and the readers of the two plain-text formats, text and
-Markdown. The readers of HTML, PDF, DOCX, CSV and JSON are in ``formats.py``; decoding
-bytes to clean text, and the block building every reader shares (paragraphs, the heading
-path, row groups, the finished document), are in ``blocks.py``.
+Where the code is: this module holds ``extract`` itself, the dispatch and the refusal of
+binary data claiming to be text. Format detection (``kinds.upload_kind``) and the
+readers, one module per format (``text.py``, ``markdown.py``, ``html.py``, ``pdf.py``,
+``docx.py``, ``csv.py``, ``json.py``, with the block building they share in
+``blocks.py``), are in ``parley.documents``, beside the attachments' readings of the
+same formats.
 
 What does not belong here: splitting blocks into chunks (``chunking.py``), attachments
-as prompt text (``transforms/documents.py``), storage and the ingestion queue
-(``store.py``, ``ingest.py``).
+as prompt text (``documents/attached.py``, ``transforms/attachments.py``), storage and
+the ingestion queue (``store.py``, ``ingest.py``).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import PurePosixPath
 
-from parley.knowledge.blocks import BOMS, Sections, decode, finish, text_blocks
-from parley.knowledge.formats import (
-    MAX_PAGE_CONTENT,
-    MAX_PDF_PAGES,
-    read_csv,
-    read_docx,
-    read_html,
-    read_json,
-    read_pdf,
-)
-from parley.knowledge.types import Block, ExtractedDocument, UnreadableDocument
-from parley.tools.builtins.web import media_type_of
-from parley.transforms.documents import (
-    DOCX_MEDIA_TYPE,
-    DocumentError,
-    DocumentKind,
-    detect_kind,
-)
-
-SUPPORTED = ".txt, .md, .html, .pdf, .docx, .csv, .json"
-
-_EXTENSIONS: dict[str, DocumentKind] = {
-    ".txt": "text",
-    ".text": "text",
-    ".log": "text",
-    ".md": "markdown",
-    ".markdown": "markdown",
-    ".mdown": "markdown",
-    ".html": "html",
-    ".htm": "html",
-    ".xhtml": "html",
-    ".pdf": "pdf",
-    ".docx": "docx",
-    ".csv": "csv",
-    ".tsv": "csv",
-    ".json": "json",
-}
-_MEDIA_TYPES: dict[str, DocumentKind] = {
-    "text/plain": "text",
-    "text/markdown": "markdown",
-    "text/x-markdown": "markdown",
-    "text/html": "html",
-    "application/xhtml+xml": "html",
-    "application/pdf": "pdf",
-    DOCX_MEDIA_TYPE: "docx",
-    "text/csv": "csv",
-    "application/csv": "csv",
-    "text/tab-separated-values": "csv",
-    "application/json": "json",
-}
-_UNSUPPORTED_EXTENSIONS = frozenset(
-    {
-        ".png",
-        ".jpg",
-        ".jpeg",
-        ".gif",
-        ".webp",
-        ".bmp",
-        ".tif",
-        ".tiff",
-        ".ico",
-        ".heic",
-        ".heif",
-        ".avif",
-        ".svg",
-        ".psd",
-        ".mp3",
-        ".wav",
-        ".ogg",
-        ".flac",
-        ".m4a",
-        ".mp4",
-        ".mov",
-        ".avi",
-        ".mkv",
-        ".webm",
-        ".zip",
-        ".gz",
-        ".tgz",
-        ".bz2",
-        ".xz",
-        ".7z",
-        ".rar",
-        ".tar",
-        ".jar",
-        ".apk",
-        ".dmg",
-        ".iso",
-        ".exe",
-        ".dll",
-        ".so",
-        ".dylib",
-        ".bin",
-        ".o",
-        ".a",
-        ".class",
-        ".pyc",
-        ".wasm",
-        ".msi",
-        ".deb",
-        ".rpm",
-        ".doc",
-        ".xls",
-        ".xlsx",
-        ".ppt",
-        ".pptx",
-        ".odt",
-        ".ods",
-        ".odp",
-        ".rtf",
-        ".epub",
-        ".pages",
-        ".key",
-        ".numbers",
-        ".sqlite",
-        ".db",
-    }
-)
-_UNSUPPORTED_MEDIA_PREFIXES = ("image/", "audio/", "video/", "font/")
-_UNSUPPORTED_MEDIA_TYPES = frozenset(
-    {
-        "application/zip",
-        "application/gzip",
-        "application/x-tar",
-        "application/x-7z-compressed",
-        "application/vnd.rar",
-        "application/x-msdownload",
-        "application/x-executable",
-        "application/msword",
-        "application/vnd.ms-excel",
-        "application/vnd.ms-powerpoint",
-        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    }
-)
-_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
-_NOT_SETEXT_TEXT = re.compile(r" {0,3}(?:[-*+>|]|\d+[.)])(?:\s|$)")
+from parley.documents.csv import read_csv
+from parley.documents.docx import read_docx
+from parley.documents.html import read_html
+from parley.documents.json import read_json
+from parley.documents.kinds import media_type_of, upload_kind
+from parley.documents.markdown import read_markdown
+from parley.documents.pdf import MAX_PAGE_CONTENT, MAX_PDF_PAGES, read_pdf
+from parley.documents.text import BOMS, decode, read_text
+from parley.documents.types import DocumentKind, ExtractedDocument, UnreadableDocument
 
 
 def extract(
@@ -216,7 +86,7 @@ def extract(
     read or holds no text. A PDF of more than ``max_pdf_pages`` pages is refused; a page
     whose content decompresses to more than ``max_page_content_bytes`` is skipped."""
     media_type, charset = media_type_of(content_type or "")
-    kind = _kind(data, filename, media_type)
+    kind = upload_kind(data, filename, media_type)
     if kind == "pdf":
         return read_pdf(
             data, max_pages=max_pdf_pages, max_page_content_bytes=max_page_content_bytes
@@ -229,12 +99,12 @@ def extract(
         return read_html(data, charset)
     text = decode(data, charset)
     if kind == "markdown":
-        return _markdown(text)
+        return read_markdown(text)
     if kind == "csv":
         return read_csv(text, tab=PurePosixPath(filename).suffix.lower() == ".tsv")
     if kind == "json":
         return read_json(text)
-    return finish(text_blocks(text, section=()), title=None)
+    return read_text(text)
 
 
 _NAMES: dict[DocumentKind, str] = {
@@ -246,92 +116,3 @@ _NAMES: dict[DocumentKind, str] = {
     "csv": "CSV",
     "json": "JSON",
 }
-
-
-# --- format ---------------------------------------------------------------------------
-
-
-def _kind(data: bytes, filename: str, media_type: str) -> DocumentKind:
-    suffix = PurePosixPath(filename.replace("\\", "/")).suffix.lower()
-    if suffix in _EXTENSIONS:
-        return _EXTENSIONS[suffix]
-    unsupported = UnreadableDocument(
-        f"unsupported file type: {suffix or media_type or 'unknown'}; supported: {SUPPORTED}"
-    )
-    if (
-        suffix in _UNSUPPORTED_EXTENSIONS
-        or media_type in _UNSUPPORTED_MEDIA_TYPES
-        or media_type.startswith(_UNSUPPORTED_MEDIA_PREFIXES)
-    ):
-        raise unsupported
-    if media_type in _MEDIA_TYPES:
-        return _MEDIA_TYPES[media_type]
-    if media_type.endswith("+json"):
-        return "json"
-    try:  # the name's extension is not one detect_kind knows: it sniffs the bytes
-        return detect_kind(filename, data, None)
-    except DocumentError as exc:
-        raise unsupported from exc
-
-
-# --- Markdown -------------------------------------------------------------------------
-
-
-def _markdown(text: str) -> ExtractedDocument:
-    sections = Sections()
-    blocks: list[Block] = []
-    title: str | None = None
-    paragraph: list[str] = []
-    code: list[str] = []
-    fence: str | None = None
-
-    def flush() -> None:
-        body = "\n".join(paragraph).strip()
-        paragraph.clear()
-        if body:
-            blocks.append(Block(body, section=sections.path))
-
-    def heading(level: int, name: str) -> None:
-        nonlocal title
-        flush()
-        if not name:
-            return
-        blocks.append(Block(name, section=sections.enter(level, name), heading=True))
-        if level == 1 and title is None:
-            title = name
-
-    for line in text.split("\n"):
-        if fence is not None:
-            closing = line.strip()
-            if closing.startswith(fence) and closing == closing[0] * len(closing):
-                body = "\n".join(code).strip("\n")
-                if body.strip():
-                    blocks.append(Block(body, section=sections.path))
-                code.clear()
-                fence = None
-            else:
-                code.append(line)
-            continue
-        stripped = line.lstrip()
-        first = stripped[:1]
-        if not first:
-            flush()
-        elif first == "#" and (atx := _ATX.match(line)):
-            heading(len(atx.group(1)), (atx.group(2) or "").strip())
-        elif first in "`~" and (opening := _FENCE.match(line)):
-            flush()
-            fence = opening.group(1)
-        elif (
-            first in "=-"
-            and len(paragraph) == 1
-            and _SETEXT.match(line)
-            and not _NOT_SETEXT_TEXT.match(paragraph[0])
-        ):
-            name = paragraph.pop().strip()
-            heading(1 if first == "=" else 2, name)
-        else:
-            paragraph.append(line)
-    flush()
-    if fence is not None and "".join(code).strip():  # an unclosed fence runs to the end
-        blocks.append(Block("\n".join(code).strip("\n"), section=sections.path))
-    return finish(blocks, title)

@@ -42,10 +42,11 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
+from parley.documents.types import UnreadableDocument
 from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkRow, chunk_rows, insert_rows
 from parley.knowledge.reading import Extractor
-from parley.knowledge.types import Chunk, Embedder, EmbeddingError, UnreadableDocument
+from parley.knowledge.types import Chunk, Embedder, EmbeddingError
 from parley.store.database import Database
 from parley.store.kb_documents import is_current_run
 from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from parley.documents.pdf import MAX_PDF_PAGES
 from parley.knowledge.chunking import chunk
 from parley.knowledge.extract import extract
-from parley.knowledge.formats import MAX_PDF_PAGES
 from parley.knowledge.types import Chunk
 
 Extraction = tuple[list[Chunk], int | None, str | None]

@@ -22,9 +22,9 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from parley.knowledge.service import KnowledgeService
-from parley.tools.builtins.web import fence_untrusted
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError
+from parley.untrusted import fence_untrusted
 
 DEFAULT_RESULTS = 4
 MAX_RESULTS = 6

@@ -1,11 +1,13 @@
-"""The knowledge package's shared vocabulary: what extraction produces, what chunking
-produces, the embedder protocol, and what a search returns.
+"""The knowledge package's shared vocabulary: what chunking produces, the embedder
+protocol, and what a search returns.
 
 Everything here is a frozen dataclass or a Protocol; the modules that do the work
-(``extract.py``, ``chunking.py``, ``embeddings.py``, ``lexical.py``, ``vectors.py``,
-``search.py``) import from here and not from each other where they can avoid it.
+(``chunking.py``, ``embeddings.py``, ``lexical.py``, ``vectors.py``, ``search.py``)
+import from here and not from each other where they can avoid it.
 
-What does not belong here: SQL (``store.py``), the ingestion queue (``ingest.py``).
+What does not belong here: what extraction produces (``Block``, ``ExtractedDocument``,
+``UnreadableDocument``: ``documents/types.py``, whose readers make them), SQL
+(``store.py``), the ingestion queue (``ingest.py``).
 """
 
 from __future__ import annotations
@@ -21,36 +23,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     Vectors = npt.NDArray[np.float32]
-
-
-class UnreadableDocument(ParleyError):
-    """A document that cannot be read: its format is not supported, it is corrupt or
-    encrypted, or it holds no text. ``str(error)`` says which, for the user."""
-
-    status = 422
-    type = "invalid_request_error"
-    code = "unreadable_document"
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A run of text from a document in reading order: a paragraph, a list, a table
-    row group, a code block. ``page`` is 1-based (PDF), else None; ``section`` is the
-    heading path above the block, outermost first (``("Guide", "Install")``)."""
-
-    text: str
-    page: int | None = None
-    section: tuple[str, ...] = ()
-    heading: bool = False
-    """The block is itself a heading (its text is the last element of ``section``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExtractedDocument:
-    blocks: tuple[Block, ...]
-    title: str | None = None
-    """The document's own title (a PDF's metadata, an HTML <title>, a first # heading)."""
-    pages: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

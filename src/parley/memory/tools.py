@@ -28,9 +28,9 @@ from pydantic import Field
 from parley.errors import ParleyError
 from parley.memory.service import MemoryService
 from parley.memory.store import MAX_TEXT_CHARS
-from parley.tools.builtins.web import fence_untrusted
 from parley.tools.function import FunctionTool, function_tool
 from parley.tools.protocol import ToolContext, ToolError
+from parley.untrusted import fence_untrusted
 
 NOT_ENABLED = "memory is not enabled for this conversation"
 

@@ -30,7 +30,7 @@ configured ``OcrEngine`` read, marked as a description of the image and not the 
 words. Without an engine the images are left as they are and the report says so. A
 failed reading becomes ``[image: OCR failed]``.
 
-What does not belong here: turning bytes into text (``documents.py``), the processes
+What does not belong here: turning bytes into text (``parley.documents``), the processes
 that do it for the server (``parley.extraction``), running an OCR model (an
 ``OcrEngine`` given to ``build_pipeline``).
 """
@@ -44,10 +44,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from parley.documents.attached import read_file_part
+from parley.documents.types import Document, DocumentError, DocumentLimits
 from parley.errors import Overloaded
 from parley.messages import FilePart, ImagePart, Message, Part, TextPart
 from parley.transforms.context import CAPABILITY_VISION, TransformContext, with_parts
-from parley.transforms.documents import Document, DocumentError, DocumentLimits, read_file_part
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ message where the original was. The pipeline (``input.py``) relies on that to ke
 ``TransformContext.message_times`` aligned with the list each transformer receives.
 
 What does not belong here: the transformers themselves and the pipeline (``input.py``
-and the modules it names), reading documents (``documents.py``).
+and the modules it names), reading documents (``parley.documents``).
 """
 
 from __future__ import annotations

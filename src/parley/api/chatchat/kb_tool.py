@@ -41,9 +41,9 @@ from parley.api.chatchat.kb import (
     scored_search,
 )
 from parley.knowledge.service import KnowledgeService, SearchResult
-from parley.tools.builtins.web import fence_untrusted
 from parley.tools.function import function_tool
 from parley.tools.protocol import ToolContext, ToolError, ToolOutput
+from parley.untrusted import fence_untrusted
 
 PASSAGE_CHARS = 2_000
 """How much of a passage the model is shown (chunks are about this long or shorter)."""
