@@ -1,0 +1,123 @@
+"""Two checkouts of Parley side by side: figures 1 (added time to first token), 4 (CPU
+per 1,000 chunks) and 6 (requests/s at p99 <= 50 ms) of ``parley bench``, for a change
+against the commit before it.
+
+``python -m parley.bench.compare BEFORE_SRC AFTER_SRC [--rounds N]``: each ``*_SRC`` is a
+checkout's ``src`` folder; both run as ``parley serve`` processes (``PYTHONPATH`` set to
+their folder) on the same core, against one mock upstream, in alternating order round
+after round, so that drift of the machine falls on both. ``scripts/bench-ab.sh REV``
+makes the checkout of ``REV`` and runs this against the working tree.
+
+Prints each round, then the median of each figure per side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from parley.bench import figures
+from parley.bench.figures import FULL, SMOKE, Profile
+from parley.bench.rig import Rig, Service, free_port
+
+FIGURES = {
+    "1_stream_added_ms": "figure 1, stream: added median ms",
+    "1_whole_added_ms": "figure 1, non-stream: added median ms",
+    "4_cpu_s_per_1000": "figure 4: CPU s per 1,000 chunks",
+    "6_rps": "figure 6: requests/s at p99 <= 50 ms",
+}
+
+
+def _start(rig: Rig, name: str, src: Path) -> Service:
+    port = free_port()
+    data = rig.workdir / name
+    data.mkdir()
+    config = {
+        "providers": [
+            {
+                "name": "mock",
+                "kind": "openai",
+                "base_url": f"{rig.upstream}/v1",
+                "api_key": "sk-mock",
+                "models": ["bench-model"],
+            }
+        ],
+        "server": {"log_level": "warning"},
+    }
+    (data / "parley.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "parley", "serve", "--port", str(port)]
+    command += ["--config", str(data / "parley.yaml")]
+    env = {"PARLEY_DATA_DIR": str(data), "PYTHONPATH": str(src)}
+    service = rig._spawn(name, command, env, rig.server_cores)
+    service.port = port
+    rig._wait(service, "/health")
+    rig.services[name] = service
+    return service
+
+
+async def _round(rig: Rig, pair: list[Service], profile: Profile) -> dict[str, dict[str, float]]:
+    first = await figures.sequential(rig, [rig.services["direct"], *pair], profile)
+    cpu = await figures.cpu_per_chunk(rig, pair, profile)
+    rps = await figures.requests_per_second(rig, pair, profile, parley_pass_through=False)
+    return {
+        s.name: {
+            "1_stream_added_ms": first[s.name]["stream"]["added_median_ms"],
+            "1_whole_added_ms": first[s.name]["non_stream"]["added_median_ms"],
+            "4_cpu_s_per_1000": cpu[s.name]["cpu_s_per_1000_chunks"],
+            "6_rps": rps[s.name]["rps_at_p99_50ms"],
+        }
+        for s in pair
+    }
+
+
+async def compare(
+    before: Path, after: Path, rounds: int, profile: Profile = FULL
+) -> dict[str, dict[str, float]]:
+    """The median of each figure over ``rounds`` for both sides (``before``, ``after``)."""
+    rig = Rig()
+    os.sched_setaffinity(0, rig.client_cores)
+    seen: list[dict[str, dict[str, float]]] = []
+    try:
+        rig.start_mock()
+        sides = [_start(rig, "before", before), _start(rig, "after", after)]
+        for number in range(rounds):
+            pair = sides if number % 2 == 0 else sides[::-1]
+            seen.append(await _round(rig, pair, profile))
+            print(number, json.dumps(seen[-1]), flush=True)
+    finally:
+        rig.stop()
+    return {
+        key: {side: statistics.median(r[side][key] for r in seen) for side in ("before", "after")}
+        for key in FIGURES
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", type=Path, help="the src folder of the commit before")
+    parser.add_argument("after", type=Path, help="the src folder of the change")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--profile", choices=["full", "smoke"], default="full")
+    parser.add_argument("--json", action="store_true", help="the medians as JSON, last")
+    args = parser.parse_args()
+    profile = FULL if args.profile == "full" else SMOKE
+    before, after = args.before.resolve(), args.after.resolve()
+    medians = asyncio.run(compare(before, after, args.rounds, profile))
+    if args.json:
+        print(json.dumps(medians))
+        return
+    print(f"\nmedians of {args.rounds} rounds")
+    for key, label in FIGURES.items():
+        before, after = medians[key]["before"], medians[key]["after"]
+        print(f"{label:42} before {before:9.4g}   after {after:9.4g}   ({after / before:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
