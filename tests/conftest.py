@@ -14,6 +14,7 @@ import pytest
 from parley.settings import Settings
 from parley.store.database import Database
 from parley.testing.mock_openai import MockOpenAI
+from tests.support.databases import migrated_database, use_template_directory
 from tests.support.packages import install_example_package
 from tests.support.server import ParleyServer
 
@@ -23,11 +24,21 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where this test process builds its one migrated database (on first use), which
+    ``database``, ``ParleyServer`` and ``tests.support.databases.migrated_database`` copy
+    in place of migrating a fresh one each."""
+    use_template_directory(tmp_path_factory.mktemp("migrated-template"))
+    yield
+    use_template_directory(None)
+
+
 @pytest.fixture
 async def database(tmp_path: Path) -> AsyncIterator[Database]:
-    """A migrated SQLite database of the test's own (for store-level tests)."""
-    db = Database(Settings(data_dir=tmp_path))
-    await db.migrate()
+    """A migrated SQLite database of the test's own (for store-level tests): a copy of
+    the process's migrated template."""
+    db = await migrated_database(Settings(data_dir=tmp_path))
     yield db
     await db.dispose()
 

@@ -46,6 +46,7 @@ from parley.tools.function import function_tool
 from parley.tools.protocol import ToolContext
 from parley.tools.registry import ToolRegistry
 from parley.tools.workspaces import conversation_workspace
+from tests.support.databases import migrated_database
 
 pytestmark = pytest.mark.anyio
 
@@ -123,7 +124,7 @@ async def make_world(tmp_path: Path) -> AsyncIterator[MakeWorld]:
             models={"smart": ModelAlias(provider="primary", model="m1", fallbacks=["backup/m2"])},
             pricing={"m1": {"input": 1000.0, "output": 2000.0}},  # type: ignore[dict-item]
         )
-        database = Database(settings)
+        database = await migrated_database(settings)
         databases.append(database)
         store = ConversationStore(database)
         registry = ProviderRegistry(
@@ -131,7 +132,6 @@ async def make_world(tmp_path: Path) -> AsyncIterator[MakeWorld]:
             settings.models,
             "smart",
         )
-        await database.migrate()
         tools = Tools()
         chain = InterceptorChain(interceptors)
         service = ConversationService(settings, store, registry, tools.registry, chain=chain)

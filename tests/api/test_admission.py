@@ -9,14 +9,20 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.waiting import until
 
 from parley.api.admission import Admission
 
 pytestmark = pytest.mark.anyio
 
 
-def slow_app(release: asyncio.Event) -> Any:
+def slow_app(release: asyncio.Event, arrived: list[str] | None = None) -> Any:
+    """An app that answers once ``release`` is set; the paths of the requests that
+    reached it (past the guard) go in ``arrived``."""
+
     async def app(scope: Any, receive: Any, send: Any) -> None:
+        if arrived is not None:
+            arrived.append(scope["path"])
         await release.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
@@ -26,11 +32,12 @@ def slow_app(release: asyncio.Event) -> Any:
 
 async def test_in_flight_cap_refuses_at_once() -> None:
     release = asyncio.Event()
-    guard = Admission(slow_app(release), max_in_flight=1, max_loop_lag_ms=0)
+    arrived: list[str] = []
+    guard = Admission(slow_app(release, arrived), max_in_flight=1, max_loop_lag_ms=0)
     transport = httpx.ASGITransport(app=guard)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         first = asyncio.ensure_future(client.post("/v1/chat/completions"))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(arrived) == 1)  # admitted, and held
         refused = await client.post("/v1/chat/completions")
         assert refused.status_code == 503
         assert refused.headers["retry-after"] == "1"
@@ -55,18 +62,20 @@ async def test_a_late_loop_refuses_new_requests() -> None:
             time.sleep(0.2)  # noqa: ASYNC251 - blocking the loop on purpose
             await asyncio.sleep(0.06)
         assert (await client.post("/v1/chat/completions")).status_code == 503
-        await asyncio.sleep(0.6)  # the lag decays once the loop is on time again
+        # the lag decays once the loop is on time again
+        await until(lambda: guard.lag <= guard.max_lag, timeout=5)
         assert (await client.post("/v1/chat/completions")).status_code == 200
 
 
 @pytest.mark.parametrize("path", ["/mcp", "/mcp/", "/v1/tasks", "/chat/chat/completions"])
 async def test_the_routes_that_start_work_are_guarded(path: str) -> None:
     release = asyncio.Event()
-    guard = Admission(slow_app(release), max_in_flight=1, max_loop_lag_ms=0)
+    arrived: list[str] = []
+    guard = Admission(slow_app(release, arrived), max_in_flight=1, max_loop_lag_ms=0)
     transport = httpx.ASGITransport(app=guard)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         first = asyncio.ensure_future(client.post(path))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(arrived) == 1)
         assert guard.in_flight == 1
         refused = await client.post(path)
         assert refused.status_code == 503
@@ -81,19 +90,20 @@ def _keyed(key: str) -> dict[str, str]:
 
 async def test_at_the_limit_a_light_key_uses_the_reserve_and_the_heavy_one_waits() -> None:
     release = asyncio.Event()
-    guard = Admission(slow_app(release), max_in_flight=4, max_loop_lag_ms=0)
+    arrived: list[str] = []
+    guard = Admission(slow_app(release, arrived), max_in_flight=4, max_loop_lag_ms=0)
     transport = httpx.ASGITransport(app=guard)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         held = [
             asyncio.ensure_future(client.post("/v1/chat/completions", headers=_keyed("a")))
             for _ in range(4)
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: len(arrived) == 4)
         heavy = await client.post("/v1/chat/completions", headers=_keyed("a"))
         assert heavy.status_code == 429
         assert heavy.json()["error"]["code"] == "too_many_in_flight"
         light = asyncio.ensure_future(client.post("/v1/chat/completions", headers=_keyed("b")))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(arrived) == 5)
         assert guard.in_flight == 5  # the reserve: max_in_flight // 20, at least one
         beyond = await client.post("/v1/chat/completions", headers=_keyed("c"))
         assert beyond.status_code == 503
@@ -129,13 +139,17 @@ async def test_a_late_loop_refuses_the_heavy_key_and_admits_the_light_one() -> N
 
 async def test_other_requests_are_capped_per_key_and_not_read_ahead() -> None:
     release = asyncio.Event()
+    arrived: list[str] = []
     guard = Admission(
-        slow_app(release), max_in_flight=1, max_loop_lag_ms=0, max_other_in_flight_per_key=1
+        slow_app(release, arrived),
+        max_in_flight=1,
+        max_loop_lag_ms=0,
+        max_other_in_flight_per_key=1,
     )
     transport = httpx.ASGITransport(app=guard)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         first = asyncio.ensure_future(client.get("/v1/conversations", headers=_keyed("a")))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(arrived) == 1)
         refused = await client.post("/v1/memories", headers=_keyed("a"), json={"text": "x"})
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
@@ -148,7 +162,7 @@ async def test_other_requests_are_capped_per_key_and_not_read_ahead() -> None:
                 ("/health", _keyed("a")),
             ]
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: len(arrived) == 4)  # every one of them admitted
         assert guard.in_flight == 0  # none of them counts against the chat limits
         release.set()
         assert [r.status_code for r in await asyncio.gather(first, *others)] == [200] * 4

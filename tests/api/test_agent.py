@@ -283,7 +283,7 @@ def test_sigterm_finishes_or_interrupts_live_streams(upstream: MockOpenAI, tmp_p
         while len(received) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         server.process.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        server.log_with("Shutting down")  # uvicorn's line: the signal has been handled
         try:
             refused = httpx.post(
                 f"{server.url}/v1/chat/completions",

@@ -4,12 +4,11 @@ everything flushed at the end. The official client against a real server; the
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import openai
 import pytest
 from tests.support.server import ParleyServer
+from tests.support.waiting import until
 
 from parley.api.coalesce import Coalescer, Kind
 from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
@@ -65,7 +64,7 @@ async def test_a_quiet_stream_is_flushed_by_the_timer_and_order_is_kept() -> Non
     await coalescer.add("content", "An")
     await coalescer.add("content", "swer")
     assert written == []  # held within the window
-    await asyncio.sleep(0.15)  # nothing more comes: the timer sends what is held
+    await until(lambda: len(written) >= 2)  # nothing more comes: the timer sends what is held
     assert written == [("reasoning_content", "thinking hard"), ("content", "Answer")]
     await coalescer.add("content", "!")
     await coalescer.flush()  # another event (or the end) flushes at once

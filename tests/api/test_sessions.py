@@ -12,6 +12,7 @@ import openai
 import pytest
 from tests.conftest import db_rows
 from tests.support.server import ParleyServer
+from tests.support.waiting import wait_until
 
 from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
@@ -43,6 +44,7 @@ def stream_in_thread(
             for chunk in stream:
                 if chunk.choices:
                     text += chunk.choices[0].delta.content or ""
+                    out["so_far"] = text
         except openai.APIError as exc:
             out["error"] = exc
         out["text"] = text
@@ -57,7 +59,7 @@ def wait_for_text(out: dict[str, Any], upstream: MockOpenAI, requests: int) -> N
     while len(upstream.requests) < requests:
         assert time.monotonic() < deadline, "the stream never reached the upstream"
         time.sleep(0.01)
-    time.sleep(0.3)  # some words are out
+    wait_until(lambda: out.get("so_far", "").startswith("w0 "), what="the stream's first words")
 
 
 def test_a_new_message_supersedes_the_reply_in_progress(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.support.databases import migrated_database
 
 from parley.agent.completion import Completer
 from parley.agent.model_call import ModelCall
@@ -26,7 +27,6 @@ from parley.providers.protocol import ModelRequest
 from parley.providers.registry import ProviderRegistry, ResolvedModel
 from parley.providers.scripted import ScriptedProvider
 from parley.settings import ProviderSettings, Settings
-from parley.store.database import Database
 from parley.store.repository import ConversationStore, NewMessage, NewTurn, StoredMessage
 from parley.store.summaries import SummaryStore
 from parley.tools.registry import ToolRegistry
@@ -105,8 +105,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         data_dir=tmp_path,
         context={"threshold_tokens": THRESHOLD, "minimum_threshold_tokens": 256},  # type: ignore[arg-type]
     )
-    database = Database(settings)
-    await database.migrate()
+    database = await migrated_database(settings)
     store = ConversationStore(database)
     summaries = SummaryStore(database)
     provider = HookedProvider()

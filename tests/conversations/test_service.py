@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.support.databases import migrated_database
+from tests.support.waiting import until
 
 from parley.conversations.generation import Generation
 from parley.conversations.service import ConversationService
@@ -17,7 +19,6 @@ from parley.messages import ImagePart, Message, TextPart, text_message
 from parley.providers.registry import ProviderRegistry
 from parley.providers.scripted import ScriptedProvider
 from parley.settings import ProviderSettings, Settings
-from parley.store.database import Database
 from parley.store.repository import ConversationStore
 
 pytestmark = pytest.mark.anyio
@@ -28,8 +29,7 @@ World = tuple[ConversationService, ScriptedProvider, ConversationStore]
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     settings = Settings(data_dir=tmp_path, chat={"checkpoint_seconds": 0.05})  # type: ignore[arg-type]
-    database = Database(settings)
-    await database.migrate()
+    database = await migrated_database(settings)
     store = ConversationStore(database)
     provider = ScriptedProvider()
     registry = ProviderRegistry(
@@ -116,7 +116,15 @@ async def test_checkpoints_then_cancel_saves_interrupted(world: World) -> None:
     service, provider, store = world
     provider.queue(TextDelta("a"), 0.2, TextDelta("b"), 5.0, Done("end_turn"))
     generation, _generation_events = await run(service, turn("hi"))
-    await asyncio.sleep(0.5)
+
+    async def checkpointed() -> bool:
+        try:
+            branch = await store.branch("me", generation.conversation_id)
+        except LookupError:  # not saved yet
+            return False
+        return branch[-1].parts == (TextPart("ab"),)
+
+    await until(checkpointed)
     branch = await store.branch("me", generation.conversation_id)
     assert branch[-1].status == "streaming"
     assert branch[-1].parts == (TextPart("ab"),)  # checkpointed while streaming
@@ -130,8 +138,9 @@ async def test_checkpoints_then_cancel_saves_interrupted(world: World) -> None:
 async def test_shutdown_cancels_after_grace(world: World) -> None:
     service, provider, store = world
     provider.queue(TextDelta("slow"), 30.0, Done("end_turn"))
-    generation, _generation_events = await run(service, turn("hi"))
-    await asyncio.sleep(0.05)
+    generation, generation_events = await run(service, turn("hi"))
+    # "slow" is out, and the model stalls
+    await until(lambda: any(isinstance(e, TextDelta) for e in generation_events))
     await service.shutdown(grace_seconds=0.1)
     branch = await store.branch("me", generation.conversation_id)
     assert branch[-1].status == "interrupted"
@@ -179,8 +188,7 @@ async def test_a_generation_aborted_before_it_runs_still_tells_its_client(world:
 
 async def test_sessions_leave_memory_when_idle(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, chat={"session_idle_seconds": 0.05})  # type: ignore[arg-type]
-    database = Database(settings)
-    await database.migrate()
+    database = await migrated_database(settings)
     provider = ScriptedProvider()
     registry = ProviderRegistry(
         [(ProviderSettings(name="scripted", kind="scripted"), provider)], {}, None
@@ -193,7 +201,7 @@ async def test_sessions_leave_memory_when_idle(tmp_path: Path) -> None:
     second, events = await run(service, turn("again", first.conversation_id))
     assert len(service._sessions) == 1  # held by the running generation
     await drain(second, events)
-    await asyncio.sleep(0.2)
+    await until(lambda: not service._sessions)  # idle for session_idle_seconds
     assert len(service._sessions) == 0
     await database.dispose()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select, update
+from tests.support.databases import migrated_database
 
 from parley.agent.completion import Completer
 from parley.agent.model_call import ModelCall
@@ -123,8 +124,7 @@ async def _instant(_seconds: float) -> None:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     settings = Settings(data_dir=tmp_path)
-    database = Database(settings)
-    await database.migrate()
+    database = await migrated_database(settings)
     store = ConversationStore(database)
     meta = ConversationMeta(database)
     provider = RoutedProvider()

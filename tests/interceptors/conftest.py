@@ -9,14 +9,13 @@ import pytest
 
 from parley.settings import Settings
 from parley.store.audit import AuditLog
-from parley.store.database import Database
+from tests.support.databases import migrated_database
 
 
 @pytest.fixture
 async def audit(tmp_path: Path) -> AsyncIterator[AuditLog]:
     """An audit log on a fresh SQLite database (nothing written until a flush)."""
-    database = Database(Settings(data_dir=tmp_path))
-    await database.migrate()
+    database = await migrated_database(Settings(data_dir=tmp_path))
     log = AuditLog(database)
     yield log
     await log.close()

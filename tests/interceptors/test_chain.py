@@ -428,9 +428,12 @@ async def test_a_cancelled_tool_call_still_reaches_the_after_hooks(tmp_path: Pat
         ) -> None:
             seen.append(output)
 
+    running = asyncio.Event()
+
     @function_tool
     async def slow(context: ToolContext) -> str:
         """Slow."""
+        running.set()
         await asyncio.sleep(30)
         return "late"
 
@@ -439,7 +442,7 @@ async def test_a_cancelled_tool_call_still_reaches_the_after_hooks(tmp_path: Pat
             slow, {}, tool_context(tmp_path), call("tool", "slow")
         )
     )
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(running.wait(), 10)  # the tool is under way
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -24,6 +24,7 @@ from parley.store.database import Database
 from parley.store.knowledge import Document, KnowledgeBase
 from parley.store.schema import kb_chunks, kb_documents
 from parley.transforms.context import TransformContext
+from tests.support.waiting import until
 
 if TYPE_CHECKING:
     from parley.knowledge.types import Vectors
@@ -42,8 +43,11 @@ class GatedEmbedder(HashEmbedder):
         super().__init__(32)
         self.gate = asyncio.Event()
         self.entered = asyncio.Event()
+        self.entries = 0
+        """How many batches have come to the gate."""
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
+        self.entries += 1
         self.entered.set()
         await self.gate.wait()
         return await super().embed(texts)
@@ -299,7 +303,7 @@ async def test_a_run_superseded_by_a_reindex_writes_nothing_more(
     try:
         await knowledge.store.cancel("alice", base.id, document.id)
         await knowledge.reindex("alice", base.id, document.id)  # a second worker takes it
-        await asyncio.sleep(0.2)
+        await until(lambda: embedder.entries == 2)  # both runs are held at the gate
         embedder.gate.set()
         assert await settled(knowledge, "alice", base.id, document.id) == "ready"
         await asyncio.sleep(0.3)  # the first run has had every chance to write

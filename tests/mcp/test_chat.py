@@ -22,6 +22,7 @@ from parley.testing.mock_openai import MockOpenAI
 from tests.conftest import server_config
 from tests.mcp.test_client import ROOT, SERVER_SCRIPT, HttpServer
 from tests.support.server import ParleyServer
+from tests.support.waiting import wait_until
 
 HANG_AT_START = "import sys, time\nsys.stdin.readline()\ntime.sleep(120)\n"
 MODEL = "mock/mock-model"
@@ -163,7 +164,7 @@ def test_a_server_that_exits_after_a_call_is_restarted_for_the_next(
     first, _ = call(client, upstream, "mcp__local__pid", {})
     result, _ = call(client, upstream, "mcp__local__exit_soon", {})
     assert result == "bye"
-    time.sleep(0.5)  # the process is gone now
+    wait_until(lambda: _reaped(int(first)))  # the process is gone now
     with pytest.raises(ProcessLookupError):
         os.kill(int(first), 0)
     second, _ = call(client, upstream, "mcp__local__pid", {})
@@ -384,6 +385,15 @@ def test_tasks_use_the_mcp_tools_they_name(server: ParleyServer, upstream: MockO
         "mcp__local__add"
     }
     assert tool_results(upstream.requests[-1])["call_t"] == "42"
+
+
+def _reaped(pid: int) -> bool:
+    """Whether ``pid`` is no process at all (exited, and waited for)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def _gone(pid: int) -> bool:

@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from parley.testing.live import SERVING, LiveServer
+from tests.support.databases import copy_migrated_to
 
 
 def free_port() -> int:
@@ -65,6 +66,13 @@ class ParleyServer:
             if not key.startswith(("PARLEY_", *PROVIDER_ENVIRONMENT))
         }
         self.env.update({"PARLEY_DATA_DIR": str(data_dir), **(env or {})})
+        default_database = (
+            "data_dir" not in config
+            and not (config.get("database") or {}).get("url")
+            and not self.env.get("PARLEY_DATABASE__URL")
+        )
+        self._database_dir = Path(self.env["PARLEY_DATA_DIR"]) if default_database else None
+        """Where the server keeps its SQLite database (None: another database)."""
         self.log_path = data_dir / "server.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._live: LiveServer | None = None
@@ -120,6 +128,11 @@ class ParleyServer:
         )
 
     def start(self) -> ParleyServer:
+        """Serve, once ``/health`` answers. A data dir with no database yet gets a copy
+        of the test process's migrated template first (``tests.support.databases``): the
+        server's start-up then finds nothing to migrate."""
+        if self._database_dir is not None:
+            copy_migrated_to(self._database_dir)
         if not self.own_process:
             return self._start_here()
         log = self.log_path.open("ab")

@@ -14,7 +14,6 @@ import pytest
 
 from parley.messages import ReasoningPart, TextPart, ToolCallPart, ToolResult
 from parley.settings import Settings
-from parley.store.database import Database
 from parley.store.repository import ConversationStore, NewMessage, NewTurn
 from parley.tools.builtins.session import (
     activate_tools,
@@ -25,6 +24,7 @@ from parley.tools.builtins.session import (
 )
 from parley.tools.lru import ActiveTools
 from parley.tools.protocol import Session, ToolContext
+from tests.support.databases import migrated_database
 from tests.tools.contexts import tool_context
 
 pytestmark = pytest.mark.anyio
@@ -32,8 +32,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[ConversationStore]:
-    db = Database(Settings(data_dir=tmp_path))
-    await db.migrate()
+    db = await migrated_database(Settings(data_dir=tmp_path))
     yield ConversationStore(db)
     await db.dispose()
 
