@@ -161,7 +161,7 @@ def test_keys_and_owners(keyed: ParleyServer, upstream: MockOpenAI):
         )
     assert httpx.get(f"{url}/conversations", headers=bob_headers).json()["data"] == []
     # Chatchat's ids are the client's: alice's id names a new conversation of bob's, as a
-    # free id would (tests/api/test_chatchat_ids.py)
+    # free id would (tests/api/chatchat/test_ids.py)
     upstream.queue_text("hi bob")
     chatchat = httpx.post(
         f"{keyed.url}/chat/chat/completions",

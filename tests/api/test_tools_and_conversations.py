@@ -259,7 +259,7 @@ def test_chatchat_route(parley: ParleyServer, upstream: MockOpenAI):
         "你好！"
     )
     assert all(c["message_type"] == 1 and c["message_id"] for c in chunks)
-    # the client's id names a conversation of this owner's (tests/api/test_chatchat_ids.py)
+    # the client's id names a conversation of this owner's (tests/api/chatchat/test_ids.py)
     conversation = chunks[0]["parley"]["conversation_id"]
     assert conversation.startswith("conv_c")
     assert "max_tokens" not in upstream.requests[-1]  # Chatchat's 0: the upstream's default

@@ -14,8 +14,8 @@ from tests.support.databases import migrated_database
 from parley.agent.completion import Completer
 from parley.agent.model_call import ModelCall
 from parley.conversations.assistants import Assistant
-from parley.conversations.context import SummaryRecord
 from parley.conversations.outgoing import UNSAVED, Outgoing, OutgoingBuilder
+from parley.conversations.rolling import SummaryRecord
 from parley.errors import Conflict, InvalidRequest, NotFound, ProviderError
 from parley.events import Event
 from parley.ids import new_id

@@ -23,7 +23,7 @@ from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
 from parley.store.knowledge import Document, KnowledgeBase
 from parley.store.schema import kb_chunks, kb_documents
-from parley.transforms.context import TransformContext
+from parley.transforms.protocol import TransformContext
 from tests.support.waiting import until
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from parley.settings import Settings
 from parley.settings.knowledge import KnowledgeSettings
 from parley.store.database import Database
 from parley.tools.protocol import Reach, ToolContext
-from parley.transforms.context import Snippet
+from parley.transforms.protocol import Snippet
 
 pytestmark = pytest.mark.anyio
 

@@ -35,7 +35,7 @@ from parley.settings import Settings
 from parley.store.assistants import AssistantStore
 from parley.store.database import Database
 from parley.tools.protocol import Reach, ToolContext
-from parley.transforms.context import TransformContext
+from parley.transforms.protocol import TransformContext
 from tests.support.assistants import own_assistants
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from parley.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, text_message
-from parley.transforms.context import carry_times
 from parley.transforms.input import (
     CAPABILITY_VISION,
     STEP_NAMES,
@@ -32,6 +31,7 @@ from parley.transforms.input import (
     WorkspaceReminderConfig,
     build_pipeline,
 )
+from parley.transforms.protocol import carry_times
 from parley.transforms.reminders import format_gap
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ rows with their ``purpose``, usage limits), retries, fallback models and deadlin
 apply. No tools are offered and nothing streams to a client: the reply is collected to
 text (reasoning is left out).
 
-What does not belong here: what to ask (``conversations/context.py``, ``titles.py``).
+What does not belong here: what to ask (``conversations/rolling.py``, ``titles.py``).
 """
 
 from __future__ import annotations

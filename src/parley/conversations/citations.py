@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from parley.store.citations import Citation
-from parley.transforms.context import Snippet, UsedSnippet
+from parley.transforms.protocol import Snippet, UsedSnippet
 
 EXCERPT_CHARS = 2_000
 """The most of a chunk's text kept as a citation's excerpt."""

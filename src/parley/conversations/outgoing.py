@@ -6,7 +6,7 @@ and returns the messages to send, in three steps (behaviours.md section 4):
 1. **Rolling context** (with a conversation id and ``context.enabled``): over the
    threshold (``context_threshold`` of the configured value and the model's window and
    output), the older part of the branch is replaced by a summary of it (see
-   ``context.py``). A saved summary is reused while it still covers an exact prefix of
+   ``rolling.py``). A saved summary is reused while it still covers an exact prefix of
    the branch followed by a user message; otherwise a new one is written by the summary
    model (``context.summary_model``, else ``chat.fast_model``, else the conversation's
    model; through the ``Completer``, so interceptors and fallbacks apply) and saved,
@@ -37,8 +37,8 @@ Decisions:
   that users paste.
 - Stored messages are never changed: everything here works on copies.
 
-What does not belong here: the summariser itself (``context.py``), SQL
-(``store/summaries.py``), the HTTP routes (``api/context.py``).
+What does not belong here: the summariser itself (``rolling.py``), SQL
+(``store/summaries.py``), the HTTP routes (``api/summaries.py``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ from typing import TYPE_CHECKING
 
 from parley.agent.completion import Completer
 from parley.conversations.assistants import Assistant
-from parley.conversations.context import (
+from parley.conversations.ocr import ModelOcr, current_turn
+from parley.conversations.pipelines import Pipelines, default_pipeline_acts
+from parley.conversations.reach import MemoryRetrieval
+from parley.conversations.rolling import (
     MAX_TOKENS_FACTOR,
     REJECT_FACTOR,
     ContextPlan,
@@ -68,9 +71,6 @@ from parley.conversations.context import (
     summarise,
     summary_applies,
 )
-from parley.conversations.ocr import ModelOcr, current_turn
-from parley.conversations.pipelines import Pipelines, default_pipeline_acts
-from parley.conversations.reach import MemoryRetrieval
 from parley.documents.types import DocumentLimits
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from parley.errors import InvalidRequest, NotFound
 from parley.store.assistants import Assistant
 from parley.tools.protocol import NO_REACH, Reach
-from parley.transforms.context import Snippet, TransformContext
+from parley.transforms.protocol import Snippet, TransformContext
 
 if TYPE_CHECKING:
     from parley.knowledge.service import KnowledgeService

@@ -41,7 +41,7 @@ from parley.store.database import Database
 from parley.store.kb_documents import QUEUE_RETRY_SECONDS, owner_queue_full
 from parley.store.knowledge import Document, KnowledgeBase, KnowledgeStore
 from parley.store.schema import kb_chunks
-from parley.transforms.context import Snippet, TransformContext
+from parley.transforms.protocol import Snippet, TransformContext
 
 if TYPE_CHECKING:
     from parley.knowledge.types import Vectors

@@ -46,7 +46,7 @@ from parley.memory.store import (
     assistant_of,
     clean_text,
 )
-from parley.transforms.context import Snippet, TransformContext
+from parley.transforms.protocol import Snippet, TransformContext
 from parley.transforms.retrieval import MemoryRetriever
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ changed but to mark one reverted; every summary made stays in the history.
   with ``PRAGMA foreign_keys=ON``; see ``database.py``).
 
 ``StoredSummary`` is this layer's row type; the planner's ``SummaryRecord``
-(``conversations/context.py``) sits above the store, so ``save`` takes anything with the
+(``conversations/rolling.py``) sits above the store, so ``save`` takes anything with the
 record's fields (``SummaryFields``) and ``conversations/outgoing.py`` turns rows back into
 records. What does not belong here: deciding when to summarise, or what
-(``conversations/context.py``, ``conversations/outgoing.py``).
+(``conversations/rolling.py``, ``conversations/outgoing.py``).
 """
 
 from __future__ import annotations

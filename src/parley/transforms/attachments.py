@@ -48,7 +48,7 @@ from parley.documents.attached import read_file_part
 from parley.documents.types import Document, DocumentError, DocumentLimits
 from parley.errors import Overloaded
 from parley.messages import FilePart, ImagePart, Message, Part, TextPart
-from parley.transforms.context import CAPABILITY_VISION, TransformContext, with_parts
+from parley.transforms.protocol import CAPABILITY_VISION, TransformContext, with_parts
 
 log = logging.getLogger(__name__)
 

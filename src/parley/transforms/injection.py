@@ -42,7 +42,7 @@ from typing import Literal
 
 from parley.messages import Message, Role, TextPart, text_message
 from parley.patterns import Budget, Pattern, PatternError, compile_pattern
-from parley.transforms.context import TransformContext, with_parts
+from parley.transforms.protocol import TransformContext, with_parts
 
 log = logging.getLogger(__name__)
 LOREBOOK_SECONDS = 0.1

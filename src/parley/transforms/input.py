@@ -51,7 +51,14 @@ from parley.transforms.attachments import (
     OcrEngine,
     OcrTransformer,
 )
-from parley.transforms.context import (
+from parley.transforms.injection import (
+    InjectionConfig,
+    InjectionPosition,
+    LorebookEntry,
+    PromptInjectionConfig,
+    PromptInjectionTransformer,
+)
+from parley.transforms.protocol import (
     CAPABILITY_TOOLS,
     CAPABILITY_VISION,
     InputTransformer,
@@ -60,13 +67,6 @@ from parley.transforms.context import (
     TransformReport,
     UsedSnippet,
     carry_times,
-)
-from parley.transforms.injection import (
-    InjectionConfig,
-    InjectionPosition,
-    LorebookEntry,
-    PromptInjectionConfig,
-    PromptInjectionTransformer,
 )
 from parley.transforms.reminders import (
     TimeReminderConfig,

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from parley.messages import Message, text_message
-from parley.transforms.context import TransformContext, add_to_system
+from parley.transforms.protocol import TransformContext, add_to_system
 
 
 @dataclass(frozen=True, slots=True)

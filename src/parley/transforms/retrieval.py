@@ -34,7 +34,7 @@ from typing import Literal, Protocol
 
 from parley.errors import ParleyError
 from parley.messages import Message, TextPart
-from parley.transforms.context import (
+from parley.transforms.protocol import (
     Snippet,
     TransformContext,
     UsedSnippet,

@@ -60,7 +60,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from parley import __version__
 from parley.messages import Message, Role
 from parley.patterns import Budget
-from parley.transforms.context import TransformContext, map_text
+from parley.transforms.protocol import TransformContext, map_text
 
 log = logging.getLogger(__name__)
 

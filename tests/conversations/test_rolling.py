@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.conversations.context import (
+from parley.conversations.rolling import (
     MAX_TOKENS_FACTOR,
     RESULT_CHARS,
     ContextPlan,

@@ -22,7 +22,7 @@ exactly the start of the current branch (a summary is used only then).
 
 Another owner's conversation answers 404 ``conversation_not_found``, like a missing one.
 What does not belong here: planning and writing summaries (``conversations/outgoing.py``,
-``conversations/context.py``).
+``conversations/rolling.py``).
 """
 
 from __future__ import annotations
