@@ -18,14 +18,11 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
-
-import yaml
 
 from parley.bench import figures
 from parley.bench.figures import FULL, SMOKE, Profile
-from parley.bench.rig import Rig, Service, free_port
+from parley.bench.rig import Rig, Service
 
 FIGURES = {
     "1_stream_added_ms": "figure 1, stream: added median ms",
@@ -33,33 +30,6 @@ FIGURES = {
     "4_cpu_s_per_1000": "figure 4: CPU s per 1,000 chunks",
     "6_rps": "figure 6: requests/s at p99 <= 50 ms",
 }
-
-
-def _start(rig: Rig, name: str, src: Path) -> Service:
-    port = free_port()
-    data = rig.workdir / name
-    data.mkdir()
-    config = {
-        "providers": [
-            {
-                "name": "mock",
-                "kind": "openai",
-                "base_url": f"{rig.upstream}/v1",
-                "api_key": "sk-mock",
-                "models": ["bench-model"],
-            }
-        ],
-        "server": {"log_level": "warning"},
-    }
-    (data / "parley.yaml").write_text(yaml.safe_dump(config))
-    command = [sys.executable, "-m", "parley", "serve", "--port", str(port)]
-    command += ["--config", str(data / "parley.yaml")]
-    env = {"PARLEY_DATA_DIR": str(data), "PYTHONPATH": str(src)}
-    service = rig._spawn(name, command, env, rig.server_cores)
-    service.port = port
-    rig._wait(service, "/health")
-    rig.services[name] = service
-    return service
 
 
 async def _round(rig: Rig, pair: list[Service], profile: Profile) -> dict[str, dict[str, float]]:
@@ -86,7 +56,9 @@ async def compare(
     seen: list[dict[str, dict[str, float]]] = []
     try:
         rig.start_mock()
-        sides = [_start(rig, "before", before), _start(rig, "after", after)]
+        sides = [
+            rig.start_parley(name, src=src) for name, src in (("before", before), ("after", after))
+        ]
         for number in range(rounds):
             pair = sides if number % 2 == 0 else sides[::-1]
             seen.append(await _round(rig, pair, profile))

@@ -194,7 +194,15 @@ class Rig:
         self.services["floor"] = service
         return service
 
-    def start_parley(self, name: str = "parley", extra: dict[str, object] | None = None) -> Service:
+    def start_parley(
+        self,
+        name: str = "parley",
+        extra: dict[str, object] | None = None,
+        *,
+        src: Path | None = None,
+    ) -> Service:
+        """``parley serve`` on a free port with the mock as its provider (``extra``: more
+        settings; ``src``: the checkout's ``src`` folder to run, default this one's)."""
         port = free_port()
         data = self.workdir / name
         data.mkdir(exist_ok=True)
@@ -224,7 +232,10 @@ class Rig:
             "--config",
             str(data / "parley.yaml"),
         ]
-        service = self._spawn(name, command, {"PARLEY_DATA_DIR": str(data)}, self.server_cores)
+        env = {"PARLEY_DATA_DIR": str(data)}
+        if src is not None:
+            env["PYTHONPATH"] = str(src)
+        service = self._spawn(name, command, env, self.server_cores)
         service.port = port
         self._wait(service, "/health")
         self.services[name] = service
