@@ -42,15 +42,24 @@ def _settings(tmp_path: Path, *chain: str) -> Settings:
     )
 
 
-def _left_running(before: set[asyncio.Task[object]]) -> tuple[list[str], list[str]]:
-    tasks = [t.get_name() for t in asyncio.all_tasks() - before]
-    threads = [t.name for t in threading.enumerate() if t.name.startswith("parley-db")]
-    return tasks, threads
+def _running() -> tuple[set[asyncio.Task[object]], set[threading.Thread]]:
+    """The tasks and threads there are (others' too: a server of another test may be
+    running in this process)."""
+    return asyncio.all_tasks(), set(threading.enumerate())
+
+
+def _left_running(
+    before: tuple[set[asyncio.Task[object]], set[threading.Thread]],
+) -> tuple[list[str], list[str]]:
+    """The tasks and the database's threads started since ``before`` and still running."""
+    tasks = [t.get_name() for t in asyncio.all_tasks() - before[0]]
+    threads = set(threading.enumerate()) - before[1]
+    return tasks, [t.name for t in threads if t.name.startswith("parley-db")]
 
 
 async def test_a_part_that_fails_to_start_closes_what_started_before_it(tmp_path: Path) -> None:
     Recorder.seen.clear()
-    before = asyncio.all_tasks()
+    before = _running()
     app = create_app(_settings(tmp_path, "Recorder", "Broken"))
     with pytest.raises(RuntimeError, match="licence server"):
         async with app.router.lifespan_context(app):
@@ -63,7 +72,7 @@ async def test_a_part_that_fails_to_start_closes_what_started_before_it(tmp_path
 
 async def test_a_clean_start_and_stop_leaves_nothing_running(tmp_path: Path) -> None:
     Recorder.seen.clear()
-    before = asyncio.all_tasks()
+    before = _running()
     app = create_app(_settings(tmp_path, "Recorder"))
     async with app.router.lifespan_context(app):
         assert app.state.parley.database is not None
