@@ -8,7 +8,8 @@ their folder) on the same core, against one mock upstream, in alternating order 
 after round, so that drift of the machine falls on both. ``scripts/bench-ab.sh REV``
 makes the checkout of ``REV`` and runs this against the working tree.
 
-Prints each round, then the median of each figure per side.
+Prints each round (with its failed requests and their errors), then the median of each
+figure per side over the rounds that measured it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 from pathlib import Path
+from typing import Any
 
 from parley.bench import figures
 from parley.bench.figures import FULL, SMOKE, Profile
@@ -32,7 +35,7 @@ FIGURES = {
 }
 
 
-async def _round(rig: Rig, pair: list[Service], profile: Profile) -> dict[str, dict[str, float]]:
+async def _round(rig: Rig, pair: list[Service], profile: Profile) -> dict[str, dict[str, Any]]:
     first = await figures.sequential(rig, [rig.services["direct"], *pair], profile)
     cpu = await figures.cpu_per_chunk(rig, pair, profile)
     rps = await figures.requests_per_second(rig, pair, profile, parley_pass_through=False)
@@ -42,6 +45,18 @@ async def _round(rig: Rig, pair: list[Service], profile: Profile) -> dict[str, d
             "1_whole_added_ms": first[s.name]["non_stream"]["added_median_ms"],
             "4_cpu_s_per_1000": cpu[s.name]["cpu_s_per_1000_chunks"],
             "6_rps": rps[s.name]["rps_at_p99_50ms"],
+            "failed": first[s.name]["stream"]["failed"]
+            + first[s.name]["non_stream"]["failed"]
+            + cpu[s.name]["failed"]
+            + sum(level["failed"] for level in rps[s.name]["levels"]),
+            "errors": sorted(
+                {
+                    *first[s.name]["stream"]["errors"],
+                    *first[s.name]["non_stream"]["errors"],
+                    *cpu[s.name]["errors"],
+                    *(e for level in rps[s.name]["levels"] for e in level["errors"]),
+                }
+            ),
         }
         for s in pair
     }
@@ -53,7 +68,7 @@ async def compare(
     """The median of each figure over ``rounds`` for both sides (``before``, ``after``)."""
     rig = Rig()
     os.sched_setaffinity(0, rig.client_cores)
-    seen: list[dict[str, dict[str, float]]] = []
+    seen: list[dict[str, dict[str, Any]]] = []
     try:
         rig.start_mock()
         sides = [
@@ -66,9 +81,16 @@ async def compare(
     finally:
         rig.stop()
     return {
-        key: {side: statistics.median(r[side][key] for r in seen) for side in ("before", "after")}
+        key: {side: _median([r[side][key] for r in seen]) for side in ("before", "after")}
         for key in FIGURES
     }
+
+
+def _median(values: list[Any]) -> float:
+    """Of the rounds that measured the figure (a round whose requests all failed has
+    none: NaN, and its failures are printed with it)."""
+    measured = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(measured) if measured else math.nan
 
 
 def main() -> None:
