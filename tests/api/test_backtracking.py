@@ -37,7 +37,8 @@ def server(
 ) -> Iterator[ParleyServer]:
     data = tmp_path_factory.mktemp("backtracking")
     config = server_config(upstream, tools={"default_tools": []})
-    with ParleyServer(data, config) as parley:
+    # in a process of its own: the stalls HealthProbe sees must be the server's own
+    with ParleyServer(data, config, process=True) as parley:
         yield parley
 
 
@@ -176,7 +177,8 @@ def test_an_operator_pattern_that_backtracks_fails_closed(
     config = server_config(
         upstream, interceptors={"sensitive": {"enabled": True, "patterns": [EVIL]}}
     )
-    with ParleyServer(tmp_path / "sensitive", config) as parley, HealthProbe(parley) as probe:
+    server = ParleyServer(tmp_path / "sensitive", config, process=True)
+    with server as parley, HealthProbe(parley) as probe:
         client = openai.OpenAI(base_url=f"{parley.url}/v1", api_key="x", max_retries=0)
         started = time.monotonic()
         with pytest.raises(openai.APIStatusError) as caught:

@@ -27,7 +27,9 @@ def server(
     upstream: MockOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ParleyServer]:
     data = tmp_path_factory.mktemp("shapes")
-    with ParleyServer(data, server_config(upstream)) as parley:
+    # in a process of its own: its stalls (HealthProbe) must be its own, not the test
+    # process's interpreter lock, held while a test builds a 40,000-call body
+    with ParleyServer(data, server_config(upstream), process=True) as parley:
         yield parley
 
 
