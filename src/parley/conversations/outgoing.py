@@ -224,15 +224,7 @@ class OutgoingBuilder:
         kept = [(i, m) for i, m in chosen if m.parts]
         messages = [m for _, m in kept]
         message_times: list[datetime | None] = [times.get(i, moment) for i, _ in kept]
-        memories: list[str] = []
-        if reach.memory_scope is not None and not reach.memory_retrieval and self._memory:
-            try:
-                memories = await self._memory.for_prompt(
-                    owner, reach.memory_scope, limit=self._settings.memory.prompt_limit
-                )
-            except Exception as exc:  # memory is best effort, like retrieval
-                log.warning("reading memories for the prompt failed: %s", exc)
-                notes.append("memories could not be read (see the server log)")
+        memories = await self._memories(owner, reach, notes)
         messages, message_times = self._with_prompt(
             messages, message_times, model, assistant, summary, tools, memories
         )
@@ -243,8 +235,7 @@ class OutgoingBuilder:
             conversation_id=conversation_id,
             message_times=tuple(message_times),
             workspace=None,
-            capabilities=frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ())
-            | frozenset({CAPABILITY_VISION} if model.vision else ()),
+            capabilities=_capabilities(model),
             owner=owner,
             knowledge_bases=reach.knowledge_bases,
             memory_scope=reach.memory_scope,
@@ -267,6 +258,20 @@ class OutgoingBuilder:
             used_snippets=tuple(result.used_snippets),
             summary=summary,
         )
+
+    async def _memories(self, owner: str, reach: Reach, notes: list[str]) -> list[str]:
+        """The memories the system prompt lists (when the turn's memory is not retrieved
+        by a transformer instead); a failure to read them is a note, not the turn's end."""
+        if reach.memory_scope is None or reach.memory_retrieval or not self._memory:
+            return []
+        try:
+            return await self._memory.for_prompt(
+                owner, reach.memory_scope, limit=self._settings.memory.prompt_limit
+            )
+        except Exception as exc:  # memory is best effort, like retrieval
+            log.warning("reading memories for the prompt failed: %s", exc)
+            notes.append("memories could not be read (see the server log)")
+            return []
 
     def _estimator(self, entries: list[Entry], stamps: list[tuple[str, float]]) -> Estimate:
         """The planner's token estimate, with a stored message's estimate kept by its id
@@ -574,6 +579,13 @@ def summary_record(row: StoredSummary) -> SummaryRecord:
 
 def _time(created_at: float) -> datetime:
     return datetime.fromtimestamp(created_at, UTC)
+
+
+def _capabilities(model: ResolvedModel) -> frozenset[str]:
+    """What the model can take, for the input transformers (tools; images)."""
+    return frozenset({CAPABILITY_TOOLS} if model.provider.supports_tools else ()) | frozenset(
+        {CAPABILITY_VISION} if model.vision else ()
+    )
 
 
 def _aware(moment: datetime) -> datetime:
