@@ -14,6 +14,7 @@ import pytest
 from parley.settings import Settings
 from parley.store.database import Database
 from parley.testing.mock_openai import MockOpenAI
+from tests.support import postgres
 from tests.support.databases import migrated_database, use_template_directory
 from tests.support.packages import install_example_package
 from tests.support.server import ParleyServer
@@ -30,17 +31,32 @@ def _migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     ``database``, ``ParleyServer`` and ``tests.support.databases.migrated_database`` copy
     in place of migrating a fresh one each."""
     use_template_directory(tmp_path_factory.mktemp("migrated-template"))
+    postgres.use_directory(tmp_path_factory.mktemp("postgres"))
     yield
     use_template_directory(None)
 
 
-@pytest.fixture
-async def database(tmp_path: Path) -> AsyncIterator[Database]:
-    """A migrated SQLite database of the test's own (for store-level tests): a copy of
-    the process's migrated template."""
-    db = await migrated_database(Settings(data_dir=tmp_path))
+ENGINES = ["sqlite", "postgresql"]
+"""The database engines store-level tests run on: each test that takes ``database``
+runs once on each."""
+
+
+@pytest.fixture(params=ENGINES)
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated database of the test's own (for store-level tests), once on SQLite
+    (a copy of the process's migrated template file) and once on PostgreSQL with
+    pgvector (a copy of its migrated template database)."""
+    db = await migrated_database(engine_settings(request.param, tmp_path))
     yield db
     await db.dispose()
+
+
+def engine_settings(engine: str, data_dir: Path, **values: Any) -> Settings:
+    """Settings whose database is a fresh migrated one on ``engine``."""
+    if engine == "postgresql":
+        database = {**values.pop("database", {}), "url": postgres.new_database()}
+        values["database"] = database
+    return Settings(data_dir=data_dir, **values)
 
 
 @pytest.fixture(scope="session")

@@ -27,10 +27,12 @@ from parley.knowledge.index import (
     lexical_matches,
     lexical_search,
 )
+from parley.knowledge.pgvector import vector_search
 from parley.knowledge.types import Chunk, Hit, KbRef
-from parley.knowledge.vectors import VectorIndexes
+from parley.knowledge.vectors import VectorIndexes, VectorSearch
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents, knowledge_bases
+from tests.support.engines import sqlite_only
 
 pytestmark = pytest.mark.anyio
 
@@ -143,8 +145,18 @@ async def words(
 
 
 @pytest.fixture
-def vectors(database: Database) -> Iterator[VectorIndexes]:
+def matrices(database: Database) -> Iterator[VectorIndexes]:
+    """SQLite's matrices in memory, whatever the engine: for the tests of how they load,
+    follow changes and compact (they work on either engine)."""
     indexes = VectorIndexes(database, max_bytes=2**24)
+    yield indexes
+    indexes.close()
+
+
+@pytest.fixture
+def vectors(database: Database) -> Iterator[VectorSearch]:
+    """The engine's own: pgvector on PostgreSQL, matrices in memory on SQLite."""
+    indexes = vector_search(database, max_bytes=2**24)
     yield indexes
     indexes.close()
 
@@ -260,7 +272,7 @@ async def test_lexical_search_quotes_operators_away(database: Database) -> None:
 
 
 async def test_search_never_crosses_owners_even_with_the_same_kb_id(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     await add_base(database, "alice", "kb_shared")
     alice = await add_document(
@@ -282,7 +294,7 @@ async def test_search_never_crosses_owners_even_with_the_same_kb_id(
     }
 
 
-async def test_only_ready_documents_are_found(database: Database, vectors: VectorIndexes) -> None:
+async def test_only_ready_documents_are_found(database: Database, vectors: VectorSearch) -> None:
     await add_base(database, "alice", "kb_a")
     ready = await add_document(
         database, "alice", "kb_a", "doc_ready", ["gamma ready"], unit(1, 0, 0, 0)[None, :]
@@ -306,6 +318,7 @@ async def test_only_ready_documents_are_found(database: Database, vectors: Vecto
 async def test_deleting_a_document_cascades_to_chunks_and_the_fts_index(
     database: Database,
 ) -> None:
+    sqlite_only(database, "FTS5's external-content index and the triggers that keep it")
     await add_base(database, "alice", "kb_a")
     gone = await add_document(database, "alice", "kb_a", "doc1", ["delta one", "delta two"])
     kept = await add_document(database, "alice", "kb_a", "doc2", ["delta three"])
@@ -563,13 +576,13 @@ class Calls:
 
 
 async def ids_by_vector(
-    vectors: VectorIndexes, kb: KbRef, query: npt.NDArray[np.float32], limit: int = 10
+    vectors: VectorSearch, kb: KbRef, query: npt.NDArray[np.float32], limit: int = 10
 ) -> list[int]:
     return [chunk_id for chunk_id, _ in await vectors.search("alice", [kb], MODEL, query, limit)]
 
 
 async def test_vectors_load_then_follow_changes_without_reloading(
-    database: Database, vectors: VectorIndexes, monkeypatch: pytest.MonkeyPatch
+    database: Database, matrices: VectorIndexes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = Calls(monkeypatch)
     await add_base(database, "alice", "kb_a")
@@ -584,44 +597,44 @@ async def test_vectors_load_then_follow_changes_without_reloading(
     kb = await ref(database, "kb_a")
     # two searches at once share one read
     found, again = await asyncio.gather(
-        vectors.search("alice", [kb], MODEL, unit(1, 0.1, 0, 0), 10),
-        vectors.search("alice", [kb], MODEL, unit(1, 0.1, 0, 0), 10),
+        matrices.search("alice", [kb], MODEL, unit(1, 0.1, 0, 0), 10),
+        matrices.search("alice", [kb], MODEL, unit(1, 0.1, 0, 0), 10),
     )
     assert found == again
     assert [chunk_id for chunk_id, _ in found] == [one[0], one[1]]
     assert found[0][1] == pytest.approx(float(unit(1, 0.1, 0, 0) @ unit(1, 0, 0, 0)))
     assert (calls.loads, calls.changes) == (1, 0)
-    assert vectors.cached("alice", "kb_a") == (kb.version, 2)
+    assert matrices.cached("alice", "kb_a") == (kb.version, 2)
     # the same version again: nothing read
-    await ids_by_vector(vectors, kb, unit(1, 0, 0, 0))
+    await ids_by_vector(matrices, kb, unit(1, 0, 0, 0))
     assert (calls.loads, calls.changes) == (1, 0)
 
     # a document made ready (here, by the ingestion): only it is read
     two = await add_document(database, "alice", "kb_a", "doc2", ["c"], unit(0, 0, 1, 0)[None, :])
     kb2 = await ref(database, "kb_a")
-    vectors.document_ready("kb_a", kb2.version, "doc2")
-    assert await ids_by_vector(vectors, kb2, unit(0, 0, 1, 0), 1) == two
+    matrices.document_ready("kb_a", kb2.version, "doc2")
+    assert await ids_by_vector(matrices, kb2, unit(0, 0, 1, 0), 1) == two
     assert (calls.loads, calls.changes) == (1, 1)
-    assert vectors.cached("alice", "kb_a") == (kb2.version, 3)
+    assert matrices.cached("alice", "kb_a") == (kb2.version, 3)
     # an older reference is served from the newer matrix
-    assert len(await ids_by_vector(vectors, kb, unit(0, 0, 1, 0))) == 3
+    assert len(await ids_by_vector(matrices, kb, unit(0, 0, 1, 0))) == 3
 
     # forgetting a document drops its rows at once, before any version change
-    vectors.forget_document("kb_a", "doc1")
-    assert await ids_by_vector(vectors, kb2, unit(1, 0, 0, 0)) == two
-    assert vectors.cached("alice", "kb_a") == (kb2.version, 1)
+    matrices.forget_document("kb_a", "doc1")
+    assert await ids_by_vector(matrices, kb2, unit(1, 0, 0, 0)) == two
+    assert matrices.cached("alice", "kb_a") == (kb2.version, 1)
     assert (calls.loads, calls.changes) == (1, 1)
 
 
 async def test_vectors_follow_changes_made_elsewhere(
-    database: Database, vectors: VectorIndexes, monkeypatch: pytest.MonkeyPatch
+    database: Database, matrices: VectorIndexes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = Calls(monkeypatch)
     await add_base(database, "alice", "kb_a")
     one = await add_document(database, "alice", "kb_a", "doc1", ["a"], unit(1, 0, 0, 0)[None, :])
     two = await add_document(database, "alice", "kb_a", "doc2", ["b"], unit(0, 1, 0, 0)[None, :])
     kb = await ref(database, "kb_a")
-    assert await ids_by_vector(vectors, kb, unit(1, 1, 0, 0)) == one + two
+    assert await ids_by_vector(matrices, kb, unit(1, 1, 0, 0)) == one + two
 
     # another instance hides doc1 and re-indexes doc2 (new chunks, same document id)
     def elsewhere(conn: Connection) -> None:
@@ -646,29 +659,29 @@ async def test_vectors_follow_changes_made_elsewhere(
 
     await database.write(elsewhere)
     kb2 = await ref(database, "kb_a")
-    found = await vectors.search("alice", [kb2], MODEL, unit(0, 0, 0, 1), 10)
+    found = await matrices.search("alice", [kb2], MODEL, unit(0, 0, 0, 1), 10)
     assert len(found) == 1
     assert found[0][1] == pytest.approx(1.0)  # the new vector (SQLite may reuse the id)
     assert (calls.loads, calls.changes) == (1, 1)
-    assert vectors.cached("alice", "kb_a") == (kb2.version, 1)
+    assert matrices.cached("alice", "kb_a") == (kb2.version, 1)
 
 
 async def test_a_new_embedding_model_reloads_and_mismatches_find_nothing(
-    database: Database, vectors: VectorIndexes, monkeypatch: pytest.MonkeyPatch
+    database: Database, matrices: VectorIndexes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = Calls(monkeypatch)
     await add_base(database, "alice", "kb_a")
     await add_document(database, "alice", "kb_a", "doc1", ["a"], unit(1, 0, 0, 0)[None, :])
     kb = await ref(database, "kb_a")
-    assert await vectors.search("alice", [kb], "other-model", unit(1, 0, 0, 0), 10) == []
+    assert await matrices.search("alice", [kb], "other-model", unit(1, 0, 0, 0), 10) == []
     assert (calls.loads, calls.changes) == (0, 0)
     # the same base named twice is searched once
-    assert len(await vectors.search("alice", [kb, kb], MODEL, unit(1, 0, 0, 0), 10)) == 1
+    assert len(await matrices.search("alice", [kb, kb], MODEL, unit(1, 0, 0, 0), 10)) == 1
     # the caller's model is not the base's: nothing compared
-    assert await vectors.search("alice", [kb], "other-model", unit(1, 0, 0, 0), 10) == []
+    assert await matrices.search("alice", [kb], "other-model", unit(1, 0, 0, 0), 10) == []
     # a query of the wrong size finds nothing
-    assert await vectors.search("alice", [kb], MODEL, np.ones(3, dtype=np.float32), 10) == []
-    assert len(await ids_by_vector(vectors, kb, unit(1, 0, 0, 0))) == 1
+    assert await matrices.search("alice", [kb], MODEL, np.ones(3, dtype=np.float32), 10) == []
+    assert len(await ids_by_vector(matrices, kb, unit(1, 0, 0, 0))) == 1
 
     # the base is re-embedded with another model (say, a re-index): a full reload
     await database.write(
@@ -680,12 +693,12 @@ async def test_a_new_embedding_model_reloads_and_mismatches_find_nothing(
     )
     kb2 = await ref(database, "kb_a")
     assert kb2.embedding_model == "other-model"
-    assert await vectors.search("alice", [kb2], MODEL, unit(1, 0, 0, 0), 10) == []
-    found = await vectors.search("alice", [kb2], "other-model", unit(1, 0, 0, 0), 10)
+    assert await matrices.search("alice", [kb2], MODEL, unit(1, 0, 0, 0), 10) == []
+    found = await matrices.search("alice", [kb2], "other-model", unit(1, 0, 0, 0), 10)
     assert len(found) == 1
     assert calls.loads == 2
     # an old reference with the old model: the matrix in memory is the new model's
-    assert await vectors.search("alice", [kb], MODEL, unit(1, 0, 0, 0), 10) == []
+    assert await matrices.search("alice", [kb], MODEL, unit(1, 0, 0, 0), 10) == []
 
 
 async def test_memory_is_bounded_least_recently_searched_first_out(database: Database) -> None:
@@ -725,7 +738,7 @@ async def test_memory_is_bounded_least_recently_searched_first_out(database: Dat
         vectors.close()
 
 
-async def test_forget_base_drops_its_matrix(database: Database, vectors: VectorIndexes) -> None:
+async def test_forget_base_drops_its_matrix(database: Database, vectors: VectorSearch) -> None:
     await add_base(database, "alice", "kb_a")
     await add_document(database, "alice", "kb_a", "doc1", ["a"], unit(1, 0, 0, 0)[None, :])
     kb = await ref(database, "kb_a")
@@ -735,7 +748,7 @@ async def test_forget_base_drops_its_matrix(database: Database, vectors: VectorI
     assert vectors.nbytes == 0
 
 
-async def test_many_changes_compact_the_matrix(database: Database, vectors: VectorIndexes) -> None:
+async def test_many_changes_compact_the_matrix(database: Database, matrices: VectorIndexes) -> None:
     await add_base(database, "alice", "kb_a")
     kept: list[int] = []
     for n in range(8):
@@ -745,19 +758,19 @@ async def test_many_changes_compact_the_matrix(database: Database, vectors: Vect
         if n % 2:
             kept += ids
         kb = await ref(database, "kb_a")
-        await ids_by_vector(vectors, kb, unit(1, 0, 0, 0))  # each document read alone
+        await ids_by_vector(matrices, kb, unit(1, 0, 0, 0))  # each document read alone
     for n in range(0, 8, 2):
-        vectors.forget_document("kb_a", f"doc{n}")
-    found = await ids_by_vector(vectors, kb, unit(0, 1, 0, 0), 100)
+        matrices.forget_document("kb_a", f"doc{n}")
+    found = await ids_by_vector(matrices, kb, unit(0, 1, 0, 0), 100)
     assert sorted(found) == sorted(kept)
-    assert vectors.cached("alice", "kb_a") == (kb.version, 8)
+    assert matrices.cached("alice", "kb_a") == (kb.version, 8)
 
 
 # --- both -----------------------------------------------------------------------------------
 
 
 async def test_hybrid_search_fuses_words_and_vectors(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     await add_base(database, "alice", "kb_a")
     await add_base(database, "alice", "kb_b", model="")  # no vectors at all
@@ -818,7 +831,7 @@ async def test_hybrid_search_fuses_words_and_vectors(
 
 
 async def test_hybrid_search_lets_a_shared_word_not_outweigh_meaning(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     """A paraphrase's answer, found by meaning alone, stays above a chunk sharing one
     word of the question; a chunk holding every word of it comes first; the question's
@@ -870,7 +883,7 @@ async def test_hybrid_search_lets_a_shared_word_not_outweigh_meaning(
 
 
 async def test_hybrid_search_survives_a_failing_vector_search(
-    database: Database, vectors: VectorIndexes, monkeypatch: pytest.MonkeyPatch
+    database: Database, vectors: VectorSearch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await add_base(database, "alice", "kb_a")
     ids = await add_document(database, "alice", "kb_a", "doc1", ["sigma"], unit(1, 0, 0, 0)[None])

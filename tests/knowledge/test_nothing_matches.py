@@ -15,7 +15,8 @@ import pytest
 from parley.knowledge import background, lexical
 from parley.knowledge.e5 import E5_MODEL_ID, E5Embedder
 from parley.knowledge.index import hybrid_search
-from parley.knowledge.vectors import VectorIndexes
+from parley.knowledge.pgvector import vector_search
+from parley.knowledge.vectors import VectorSearch
 from parley.settings import default_cache_dir
 from parley.store.database import Database
 from tests.knowledge.test_index import MODEL, add_base, add_document, ref, unit
@@ -25,14 +26,15 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def vectors(database: Database) -> Iterator[VectorIndexes]:
-    indexes = VectorIndexes(database, max_bytes=2**24)
+def vectors(database: Database) -> Iterator[VectorSearch]:
+    """The engine's own: pgvector on PostgreSQL, matrices in memory on SQLite."""
+    indexes = vector_search(database, max_bytes=2**24)
     yield indexes
     indexes.close()
 
 
 async def test_chunks_under_their_scripts_floor_are_not_matches(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     await add_base(database, "alice", "kb")
     english = await add_document(
@@ -50,7 +52,7 @@ async def test_chunks_under_their_scripts_floor_are_not_matches(
 
 
 async def test_with_floors_a_chunk_found_by_words_alone_needs_half_the_question(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     await add_base(database, "alice", "kb")
     texts = ["zorblax quimble fendral", "zorblax only here", "nothing shared at all"]

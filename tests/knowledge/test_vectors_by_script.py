@@ -18,10 +18,11 @@ from sqlalchemy import Connection, select
 
 from parley.knowledge import lexical
 from parley.knowledge.e5 import E5_MODEL_ID
-from parley.knowledge.vectors import MIN_SCRIPT_ROWS, VectorIndexes
+from parley.knowledge.pgvector import vector_search
+from parley.knowledge.vectors import MIN_SCRIPT_ROWS, VectorSearch
 from parley.settings import Settings
 from parley.store.database import Database
-from parley.store.schema import kb_chunks
+from parley.store.schema import kb_chunks, kb_documents
 from tests.knowledge.test_index import add_base, add_document, ref, unit
 from tests.support.migrations import migrate_to
 
@@ -41,8 +42,9 @@ def at(cosines: list[float]) -> npt.NDArray[np.float32]:
 
 
 @pytest.fixture
-def vectors(database: Database) -> Iterator[VectorIndexes]:
-    indexes = VectorIndexes(database, max_bytes=2**24)
+def vectors(database: Database) -> Iterator[VectorSearch]:
+    """The engine's own: pgvector on PostgreSQL, matrices in memory on SQLite."""
+    indexes = vector_search(database, max_bytes=2**24)
     yield indexes
     indexes.close()
 
@@ -72,7 +74,7 @@ async def english_and_chinese(
 
 
 async def test_the_other_languages_standout_comes_first_for_a_cross_lingual_model(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     english, chinese = await english_and_chinese(database, E5_MODEL_ID)
     kb = await ref(database, "kb")
@@ -93,7 +95,7 @@ async def test_the_other_languages_standout_comes_first_for_a_cross_lingual_mode
     assert scores.std() == pytest.approx(float(cosines.std()), abs=1e-5)
 
 
-async def test_other_models_rank_by_cosine(database: Database, vectors: VectorIndexes) -> None:
+async def test_other_models_rank_by_cosine(database: Database, vectors: VectorSearch) -> None:
     english, _ = await english_and_chinese(database, "test-4d")
     kb = await ref(database, "kb")
     found = await vectors.search("alice", [kb], "test-4d", QUERY, 20)
@@ -103,7 +105,7 @@ async def test_other_models_rank_by_cosine(database: Database, vectors: VectorIn
 
 
 async def test_a_script_with_too_few_chunks_is_left_as_it_is(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     english, chinese = await english_and_chinese(database, E5_MODEL_ID, MIN_SCRIPT_ROWS - 1)
     kb = await ref(database, "kb")
@@ -113,7 +115,7 @@ async def test_a_script_with_too_few_chunks_is_left_as_it_is(
 
 
 async def test_chunks_added_and_removed_later_keep_their_script(
-    database: Database, vectors: VectorIndexes
+    database: Database, vectors: VectorSearch
 ) -> None:
     await add_base(database, "alice", "kb", model=E5_MODEL_ID)
     english = await add_document(
@@ -132,6 +134,9 @@ async def test_chunks_added_and_removed_later_keep_their_script(
     kb = await ref(database, "kb")
     found = await vectors.search("alice", [kb], E5_MODEL_ID, QUERY, 3)  # read as a change
     assert found[0][0] == chinese[-1]
+    await database.write(
+        lambda conn: conn.execute(kb_documents.delete().where(kb_documents.c.id == "zh"))
+    )
     vectors.forget_document("kb", "zh")
     again = await vectors.search("alice", [kb], E5_MODEL_ID, QUERY, 3)
     assert again[0] == (english[-1], pytest.approx(0.91, abs=1e-5))

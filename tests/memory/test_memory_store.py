@@ -20,6 +20,7 @@ from parley.memory.store import (
 )
 from parley.store.database import Database
 from tests.support.assistants import own_assistants
+from tests.support.engines import sqlite_only
 
 pytestmark = pytest.mark.anyio
 
@@ -160,6 +161,7 @@ def test_a_scope_is_global_or_an_assistant_id() -> None:
 
 
 async def test_the_index_follows_edits_and_deletes(store: MemoryStore, database: Database) -> None:
+    sqlite_only(database, "FTS5's external-content index and the triggers that keep it")
     memory = await _remember(store, "The blue notebook is in the drawer")
     rowid = await _rowid(database, memory.id)
     assert await _fts_rowids(database, "notebook") == [rowid]

@@ -119,7 +119,7 @@ def fuse_scores(
       of average length), at most 1; to the power ``COVERAGE_POWER``. An absolute
       scale, so that weak evidence counts little however it ranks among the others: a
       chunk sharing one rare word of five with the question scores about 0.2^4.
-      Without a ceiling (PostgreSQL's ts_rank has none), relative to the best;
+      Without a ceiling, relative to the best;
     - vectors: cosine rescaled between ``floor`` (the lowest cosine of the candidates
       searched, before any cut; by default the lowest here) and the best: 0..1 whatever
       the model's range of cosines (MiniLM's spread 0.1-0.6, others' 0.7-0.9).

@@ -5,14 +5,16 @@
   on SQLite the FTS5 triggers index the terms in the same transaction. ``chunk_rows`` and
   ``insert_rows`` are its two halves: the rows can be made before the transaction.
 - ``lexical_search`` (``lexical_matches``: with the scale of its scores, see
-  ``bm25_ceiling``): BM25 over FTS5 on SQLite, ``ts_rank`` over the GIN-indexed tsvector
-  on PostgreSQL (that branch is not covered by the tests, which run SQLite). The owner,
+  ``bm25_ceiling``): BM25 over FTS5 on SQLite; on PostgreSQL, the GIN-indexed tsvector
+  finds the chunks and each scores the idf of the terms it holds (the same scale; the
+  tests run on both engines). The owner,
   the knowledge bases and ``status = 'ready'`` are conditions of the query itself. The
   work is bounded: a term found in many chunks ("the", "what") would have the engine
   rank nearly every chunk, so the rarest terms are kept while the chunks they are in add
   up to at most a budget (one chunk in 25 of the index, 500 to 4,000); when every term is
   that common, the rarest alone ranks the newest chunks holding it, as many.
-- ``VectorIndexes``: each knowledge base's vectors as one float32 matrix in memory,
+- ``VectorIndexes`` (SQLite; ``pgvector.py`` on PostgreSQL): each knowledge base's
+  vectors as one float32 matrix in memory,
   searched exactly on a worker thread (numpy lets go of the GIL). A matrix is read at the
   base's first search and brought up to date whenever a search names a later ``version``
   of the base (only the documents that changed are read), whoever made the change.
@@ -42,13 +44,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import Connection, bindparam, func, select, text
+from sqlalchemy import Connection, TextClause, bindparam, func, select, text
 
 from parley.knowledge import lexical
 from parley.knowledge.background import Floors
 from parley.knowledge.fusion import LEXICAL_WEIGHT, fuse_scores
+from parley.knowledge.pgvector import vector_text
 from parley.knowledge.types import Chunk, Hit, KbRef
-from parley.knowledge.vectors import VectorIndexes
+from parley.knowledge.vectors import VectorSearch
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents
 
@@ -87,6 +90,10 @@ _COLUMNS = (
 )
 _INSERT_SQLITE = (
     f"INSERT INTO kb_chunks ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+_INSERT_POSTGRES = text(
+    f"INSERT INTO kb_chunks ({', '.join(_COLUMNS)}, vec) "
+    f"VALUES ({', '.join(':' + c for c in _COLUMNS)}, CAST(:vec AS vector))"
 )
 
 
@@ -178,8 +185,14 @@ def insert_rows(conn: Connection, rows: Sequence[ChunkRow]) -> None:
         return
     if conn.dialect.name == "sqlite":
         conn.exec_driver_sql(_INSERT_SQLITE, list(rows))
-    else:
-        conn.execute(kb_chunks.insert(), [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
+    else:  # and pgvector's column, which its search reads (migration 0013)
+        values: list[dict[str, Any]] = []
+        for row in rows:
+            value: dict[str, Any] = dict(zip(_COLUMNS, row, strict=True))
+            blob = row[9]  # the embedding (``ChunkRow``)
+            value["vec"] = None if blob is None else vector_text(blob)
+            values.append(value)
+        conn.execute(_INSERT_POSTGRES, values)
 
 
 # --- by words -----------------------------------------------------------------------------
@@ -189,7 +202,7 @@ def insert_rows(conn: Connection, rows: Sequence[ChunkRow]) -> None:
 class LexicalMatches:
     """What ``lexical_matches`` found: (chunk id, score) best first, and ``ceiling``, the
     score of a chunk of average length holding each of the query's terms once (BM25's
-    idf summed over the terms; None on PostgreSQL, whose ts_rank has no such scale)."""
+    idf summed over the terms; None when nothing was searched)."""
 
     hits: list[tuple[int, float]]
     ceiling: float | None
@@ -217,7 +230,7 @@ def lexical_matches(
     expressions = [single([term]) for term in terms]
     counts = _each(conn, _COUNT_SQLITE if sqlite else _COUNT_POSTGRES, expressions, budget + 1)
     chosen, windowed = _choose(terms, counts, budget)
-    ceiling = bm25_ceiling(terms, counts, chosen, size) if sqlite else None
+    ceiling = bm25_ceiling(terms, counts, chosen, size)
     floor = 0
     if windowed:
         floors = [
@@ -233,15 +246,49 @@ def lexical_matches(
         sql = _SEARCH_SQLITE.format(kb_ids=", ".join("?" * len(kb_ids)))
         found = _driver(conn, sql, (expression, floor, owner, *kb_ids, owner, limit))
         return LexicalMatches([(int(row[0]), -float(row[1])) for row in found], ceiling)
-    params = {
-        "expression": expression,
-        "owner": owner,
-        "kb_ids": list(kb_ids),
-        "limit": limit,
-        "floor": floor,
-    }
-    ranked = conn.execute(_SEARCH_POSTGRES, params)
-    return LexicalMatches([(int(row[0]), float(row[1])) for row in ranked], None)
+    found_in = dict(zip(terms, counts, strict=True))
+    weights = [_idf(found_in[term], size) for term in chosen]
+    statement, params = _search_postgres([single([t]) for t in chosen], weights)
+    params.update(
+        {"expression": expression, "owner": owner, "kb_ids": list(kb_ids)},
+        limit=limit,
+        floor=floor,
+    )
+    ranked = conn.execute(statement, params)
+    return LexicalMatches([(int(row[0]), float(row[1])) for row in ranked], ceiling)
+
+
+def _search_postgres(
+    expressions: list[str], weights: list[float]
+) -> tuple[TextClause, dict[str, Any]]:
+    """PostgreSQL's search: a chunk scores the idf of each term it holds (BM25 of a term
+    held once by a chunk of average length: the scale of ``bm25_ceiling``, so that
+    fusion's coverage and its floors mean on PostgreSQL what they mean on SQLite);
+    ts_rank breaks ties (PostgreSQL has no BM25: term frequency and length count only
+    there)."""
+    vector = "to_tsvector('simple', c.terms)"  # the GIN index's expression (migration 0005)
+    score = " + ".join(
+        f"(CASE WHEN {vector} @@ to_tsquery('simple', :q{n}) THEN CAST(:w{n} AS float8) ELSE 0 END)"
+        for n in range(len(expressions))
+    )
+    sql = (
+        f"SELECT c.id, ({score}) AS score FROM kb_chunks AS c "
+        "JOIN kb_documents AS d ON d.id = c.document_id "
+        f"WHERE {vector} @@ to_tsquery('simple', :expression) "
+        "AND c.id >= :floor AND c.owner = :owner AND c.kb_id IN :kb_ids "
+        "AND d.status = 'ready' AND d.owner = :owner ORDER BY score DESC, "
+        f"ts_rank({vector}, to_tsquery('simple', :expression)) DESC, c.id LIMIT :limit"
+    )
+    params: dict[str, Any] = {f"q{n}": e for n, e in enumerate(expressions)}
+    params.update({f"w{n}": w for n, w in enumerate(weights)})
+    return text(sql).bindparams(bindparam("kb_ids", expanding=True)), params
+
+
+def _idf(count: int, size: int) -> float:
+    """FTS5's idf of a term in ``count`` of ``size`` chunks (at least 1e-6)."""
+    total = max(1, size)
+    n = min(count, total)
+    return max(1e-6, math.log((total - n + 0.5) / (n + 0.5)))
 
 
 def bm25_ceiling(terms: list[str], counts: list[int], chosen: list[str], size: int) -> float:
@@ -274,11 +321,11 @@ def bm25_ceiling(terms: list[str], counts: list[int], chosen: list[str], size: i
             return True
         return len(term) == 2 and term[0] not in ends and term[1] not in starts
 
-    ceiling = []
-    for term, count in zip(terms, counts, strict=True):
-        n = min(count, total)
-        if counted(term, n):
-            ceiling.append(max(1e-6, math.log((total - n + 0.5) / (n + 0.5))))
+    ceiling = [
+        _idf(count, size)
+        for term, count in zip(terms, counts, strict=True)
+        if counted(term, min(count, total))
+    ]
     return math.fsum(ceiling)
 
 
@@ -304,16 +351,6 @@ _SEARCH_SQLITE = (
     "AND d.status = 'ready' AND d.owner = ? "
     "ORDER BY f.rank, c.id LIMIT ?"
 )
-_SEARCH_POSTGRES = text(
-    # the expression to_tsvector('simple', terms) is the GIN index's own (migration 0005)
-    "SELECT c.id, ts_rank(to_tsvector('simple', c.terms), "
-    "to_tsquery('simple', :expression)) AS score "
-    "FROM kb_chunks AS c JOIN kb_documents AS d ON d.id = c.document_id "
-    "WHERE to_tsvector('simple', c.terms) @@ to_tsquery('simple', :expression) "
-    "AND c.id >= :floor AND c.owner = :owner AND c.kb_id IN :kb_ids "
-    "AND d.status = 'ready' AND d.owner = :owner "
-    "ORDER BY score DESC, c.id LIMIT :limit"
-).bindparams(bindparam("kb_ids", expanding=True))
 
 # How many chunks hold a term (all owners': that is what the engine walks), counted up
 # to the budget + 1, cheap even for "the"; and the lowest id of the newest budget-many
@@ -462,7 +499,7 @@ def fetch_chunks(
 
 async def hybrid_search(
     database: Database,
-    vectors: VectorIndexes,
+    vectors: VectorSearch,
     *,
     owner: str,
     kbs: Sequence[KbRef],

@@ -33,9 +33,9 @@ from parley.knowledge.cache import EmbeddingCache
 from parley.knowledge.index import ChunkView, fetch_chunks, hybrid_search
 from parley.knowledge.ingest import Ingestor, document_path
 from parley.knowledge.lanes import indexing_lane
+from parley.knowledge.pgvector import vector_search
 from parley.knowledge.reading import Extractor, InlineExtractor
 from parley.knowledge.types import Embedder, EmbeddingError, Judge, KbRef
-from parley.knowledge.vectors import VectorIndexes
 from parley.settings.knowledge import MIN_CHUNK_SIZE, KnowledgeSettings
 from parley.store.database import Database
 from parley.store.kb_documents import QUEUE_RETRY_SECONDS, owner_queue_full
@@ -102,7 +102,7 @@ class KnowledgeService:
         self._db = database
         self._files = files
         self.cache = EmbeddingCache(database)
-        self.vectors = VectorIndexes(database, max_bytes=settings.vector_cache_mb * 1024 * 1024)
+        self.vectors = vector_search(database, max_bytes=settings.vector_cache_mb * 1024 * 1024)
         self.ingestor = Ingestor(
             self.store,
             database,

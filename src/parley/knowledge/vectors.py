@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -180,22 +180,45 @@ def _within_script(
     live = np.isfinite(scores)
     values = np.where(live, scores, 0.0).astype(np.float64)
     groups = scripts.astype(np.intp)
-    counts = np.bincount(groups, weights=live)
+    counts = np.bincount(groups, weights=live).astype(np.float64)
+    sums = np.bincount(groups, weights=values).astype(np.float64)
+    squares = np.bincount(groups, weights=values * values).astype(np.float64)
+    out = rescale_by_script(scores, scripts, ScriptSpread(counts, sums, squares))
+    out[~live] = -np.inf
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptSpread:
+    """Per script (the index), how many cosines, their sum and their sum of squares."""
+
+    counts: npt.NDArray[np.float64]
+    sums: npt.NDArray[np.float64]
+    squares: npt.NDArray[np.float64]
+
+
+def rescale_by_script(
+    scores: npt.NDArray[np.float32], scripts: npt.NDArray[np.int8], spread: ScriptSpread
+) -> npt.NDArray[np.float32]:
+    """``scores`` standardised within their script, on the scale of the whole base, by
+    the cosines of every row of the base (``spread``): unchanged when the base is of one
+    script, or a script has under ``MIN_SCRIPT_ROWS``."""
+    counts, sums, squares = spread.counts, spread.sums, spread.squares
     present = counts > 0
     if int(present.sum()) < 2 or counts[present].min() < MIN_SCRIPT_ROWS:
         return scores
-    sums = np.bincount(groups, weights=values)
-    squares = np.bincount(groups, weights=values * values)
     total = counts.sum()
     mean = sums.sum() / total
-    spread = math.sqrt(max(0.0, squares.sum() / total - mean * mean))
+    whole = math.sqrt(max(0.0, squares.sum() / total - mean * mean))
     with np.errstate(divide="ignore", invalid="ignore"):
         own_mean = sums / counts
         own_spread = np.sqrt(np.maximum(0.0, squares / counts - own_mean * own_mean))
-        scale = np.where(own_spread > 0, spread / own_spread, 1.0)
+        scale = np.where(own_spread > 0, whole / own_spread, 1.0)
         shift = np.where(own_spread > 0, mean - own_mean * scale, 0.0)
-    out = scores * scale[groups].astype(np.float32) + shift[groups].astype(np.float32)
-    out[~live] = -np.inf
+    groups = scripts.astype(np.intp)
+    out: npt.NDArray[np.float32] = scores * scale[groups].astype(np.float32) + shift[groups].astype(
+        np.float32
+    )
     return out
 
 
@@ -260,6 +283,35 @@ class _Changes:
 class _TooLarge:
     version: int
     nbytes: int
+
+
+class VectorSearch(Protocol):
+    """What knowledge needs of a vector index: ``VectorIndexes`` (in memory, SQLite's)
+    and ``pgvector.PgVectorIndexes`` (PostgreSQL's)."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def cached(self, owner: str, kb_id: str) -> tuple[int, int] | None: ...
+
+    async def search(
+        self,
+        owner: str,
+        kbs: Sequence[KbRef],
+        model: str,
+        vector: Vectors,
+        limit: int,
+        *,
+        floors: Floors | None = None,
+    ) -> list[tuple[int, float]]: ...
+
+    def document_ready(self, kb_id: str, version: int, document_id: str) -> None: ...
+
+    def forget_document(self, kb_id: str, document_id: str) -> None: ...
+
+    def forget_base(self, kb_id: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class VectorIndexes:

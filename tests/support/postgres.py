@@ -1,0 +1,104 @@
+"""A real PostgreSQL with pgvector for the suite, started by the tests themselves.
+
+``pgserver`` (PyPI, in the dev extra) bundles PostgreSQL 16 and pgvector as a wheel, so
+no system package is needed. One server per test process (under pytest-xdist, one per
+worker) in a directory of its own, listening on a Unix socket only; it is stopped when
+the process exits. One database is migrated once (``parley_template``); every test gets
+a copy of it (``CREATE DATABASE ... TEMPLATE``), as the SQLite tests get a copy of the
+migrated file (``tests/support/databases.py``).
+
+Without pgserver (a checkout set up without the dev extra) the PostgreSQL cases skip
+and say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley.settings import Settings
+from parley.store.database import Database
+
+TEMPLATE = "parley_template"
+
+_lock = threading.RLock()
+_server: Any = None
+_directory: Path | None = None
+_template_ready = False
+_numbers = itertools.count(1)
+
+
+def use_directory(directory: Path | None) -> None:
+    """Where this process's server keeps its data, when first needed."""
+    global _directory
+    with _lock:
+        _directory = directory
+
+
+def server() -> Any:
+    """This process's ``pgserver.PostgresServer``, started on first use."""
+    global _server
+    with _lock:
+        if _server is None:
+            try:
+                with warnings.catch_warnings():
+                    # platformdirs, at import: "XDG_RUNTIME_DIR is not set" (its socket
+                    # directory is the data directory's here)
+                    warnings.simplefilter("ignore")
+                    import pgserver
+            except ImportError:
+                pytest.skip("PostgreSQL cases need pgserver: scripts/setup.sh dev installs it")
+            assert _directory is not None, "tests/conftest.py names the directory"
+            _server = pgserver.get_server(_directory / "pgdata", cleanup_mode="stop")
+            _server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        return _server
+
+
+def url(database: str) -> str:
+    """The SQLAlchemy URL of ``database`` on this process's server (asyncpg, the
+    server's Unix socket)."""
+    socket_dir = server().get_postmaster_info().socket_dir
+    return f"postgresql+asyncpg://postgres@/{database}?host={socket_dir}"
+
+
+def new_database() -> str:
+    """The URL of a database of its own, migrated (a copy of the template)."""
+    global _template_ready
+    srv = server()
+    with _lock:
+        if not _template_ready:
+            srv.psql(f"DROP DATABASE IF EXISTS {TEMPLATE};")
+            srv.psql(f"CREATE DATABASE {TEMPLATE};")
+            _migrate(url(TEMPLATE))
+            _template_ready = True
+    name = f"parley_{os.getpid()}_{next(_numbers)}"
+    srv.psql(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE};")
+    return url(name)
+
+
+def empty_database() -> str:
+    """The URL of a database of its own with nothing in it (for migration tests)."""
+    name = f"parley_{os.getpid()}_{next(_numbers)}"
+    server().psql(f"CREATE DATABASE {name};")
+    return url(name)
+
+
+def _migrate(database_url: str) -> None:
+    async def migrate() -> None:
+        database = Database(Settings(database={"url": database_url}))
+        try:
+            await database.migrate()
+        finally:
+            await database.dispose()
+
+    # in a thread of its own: the caller may be a test's running event loop
+    with ThreadPoolExecutor(1, thread_name_prefix="parley-pg-template") as pool:
+        pool.submit(lambda: asyncio.run(migrate())).result()
