@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -102,3 +103,34 @@ def _migrate(database_url: str) -> None:
     # in a thread of its own: the caller may be a test's running event loop
     with ThreadPoolExecutor(1, thread_name_prefix="parley-pg-template") as pool:
         pool.submit(lambda: asyncio.run(migrate())).result()
+
+
+def rows(database_url: str, query: str, args: tuple[Any, ...]) -> list[Any]:
+    """``query`` run on ``database_url`` (``?`` placeholders, as SQLite's), its rows
+    (``asyncpg.Record``: by name and by position, as ``sqlite3.Row``)."""
+    import asyncpg
+
+    numbered = iter(range(1, len(args) + 1))
+    sql = re.sub(r"\?", lambda _: f"${next(numbered)}", query)
+    dsn = database_url.replace("+asyncpg", "")
+
+    async def run() -> list[Any]:
+        connection = await asyncpg.connect(dsn)
+        try:
+            return list(await connection.fetch(sql, *args))
+        finally:
+            await connection.close()
+
+    with ThreadPoolExecutor(1, thread_name_prefix="parley-pg-rows") as pool:
+        return pool.submit(lambda: asyncio.run(run())).result()
+
+
+def restart() -> None:
+    """Stop and start this process's PostgreSQL (``pg_ctl restart``): every connection
+    open to it breaks."""
+    import pgserver
+
+    srv = server()
+    pgserver.pg_ctl(
+        ["-w", "-m", "fast", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=30
+    )

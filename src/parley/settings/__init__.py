@@ -413,6 +413,17 @@ class DatabaseSettings(_Section):
         description="Searches read at most this many at once, apart from other reads "
         "(threads on SQLite), the waiting keys served in turn.",
     )
+    pool_size: int = Field(
+        default=10, ge=1, description="PostgreSQL: connections kept open per instance."
+    )
+    max_overflow: int = Field(
+        default=10, ge=0, description="PostgreSQL: connections opened past pool_size at peaks."
+    )
+    statement_timeout_ms: int = Field(
+        default=30_000,
+        ge=0,
+        description="PostgreSQL: a statement running longer is cancelled (0: no limit).",
+    )
 
 
 def default_data_dir() -> Path:

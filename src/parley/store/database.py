@@ -17,8 +17,9 @@ Repositories write each transaction as one plain function of a SQLAlchemy
   The writer checkpoints the WAL itself every 1,000 pages (SQLite's default): a few
   milliseconds now and then, and the WAL stays small. (A checkpoint on another thread
   never completes while the writer keeps writing, and the WAL grew by 40 MB/s.)
-- Other databases (PostgreSQL): the same function runs through the async engine's
-  ``run_sync``.
+- PostgreSQL: the same function runs through the async engine's ``run_sync``
+  (asyncpg); writes at SERIALIZABLE isolation, run again on a serialization failure,
+  so that they mean what they mean on SQLite, whose writes run one at a time.
 
 Background work (indexing a document, deleting one's chunks) writes through
 ``write_in_background``: the same transaction, then on SQLite a pause in proportion to
@@ -51,7 +52,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from parley.fairness import FairSlots
@@ -91,6 +92,10 @@ requests are being served (``Database.contended``; alone, they run flat out).
 Measured indexing a 50 MB text in 250,000 chunks while another key probed the server:
 at 0.5 its slowest request took 207 ms and 4,300 chunks were written a second; at 0.25,
 100 ms and 2,350 a second (unpaced: 231 ms, 8,300 a second, the loop 66% busy)."""
+SERIALIZATION_RETRIES = 8
+SERIALIZATION_BACKOFF = 0.005
+RETRIED_STATES = frozenset({"40001", "40P01"})
+"""PostgreSQL's serialization failure and deadlock: the transaction is run again."""
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -119,13 +124,7 @@ class Database:
                 settings.database.heavy_readers, thread_name_prefix="parley-db-search"
             )
         else:
-            self._async = create_async_engine(
-                url,
-                echo=settings.database.echo,
-                pool_pre_ping=True,
-                json_serializer=_json_text,
-                json_deserializer=_json_value,
-            )
+            self._async = _postgres_engine(settings)
 
     async def write(self, transaction: Callable[[Connection], T]) -> T:
         """Run ``transaction`` in one write transaction and commit it.
@@ -135,9 +134,7 @@ class Database:
         and the next one comes after a pause, for ``busy_timeout_ms`` in all.
         """
         if self._sync is None:
-            assert self._async is not None
-            async with self._async.begin() as connection:
-                return await connection.run_sync(transaction)
+            return await self._write_serializable(transaction)
         deadline = time.monotonic() + self._busy_seconds
         while True:
             try:
@@ -148,6 +145,28 @@ class Database:
                 if time.monotonic() >= deadline:
                     raise
             await asyncio.sleep(LOCK_RETRY_SECONDS)
+
+    async def _write_serializable(self, transaction: Callable[[Connection], T]) -> T:
+        """On PostgreSQL: ``transaction`` at SERIALIZABLE isolation, run again when
+        PostgreSQL aborts it for a conflict with another (``SERIALIZATION_RETRIES``).
+        The repositories' transactions were written for SQLite, whose writes run one at
+        a time: a read, then a write that depends on it (a conversation's meta, a
+        branch's head) is only safe there. READ COMMITTED, PostgreSQL's default, lost
+        the title written while the suggestions were (found by the API tests on
+        PostgreSQL); SERIALIZABLE keeps SQLite's meaning for every transaction."""
+        assert self._async is not None
+        for attempt in range(SERIALIZATION_RETRIES):
+            try:
+                async with self._async.connect() as connection:
+                    serial = await connection.execution_options(isolation_level="SERIALIZABLE")
+                    async with serial.begin():
+                        return await serial.run_sync(transaction)
+            except DBAPIError as exc:
+                code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+                if code not in RETRIED_STATES or attempt == SERIALIZATION_RETRIES - 1:
+                    raise
+            await asyncio.sleep(SERIALIZATION_BACKOFF * (attempt + 1))
+        raise AssertionError("unreachable")
 
     async def write_in_background(self, transaction: Callable[[Connection], T]) -> T:
         """``write`` for background work: on SQLite, while requests are being served,
@@ -270,6 +289,26 @@ class Database:
             self._sync.dispose()
         if self._async is not None:
             await self._async.dispose()
+
+
+def _postgres_engine(settings: Settings) -> AsyncEngine:
+    """PostgreSQL through asyncpg: a pool sized from the settings whose connections are
+    checked before use (``pool_pre_ping``: after PostgreSQL restarts, the dead ones are
+    replaced instead of failing a request), and a statement timeout."""
+    database = settings.database
+    server_settings = {"application_name": "parley"}
+    if database.statement_timeout_ms:
+        server_settings["statement_timeout"] = str(database.statement_timeout_ms)
+    return create_async_engine(
+        settings.database_url,
+        echo=database.echo,
+        pool_size=database.pool_size,
+        max_overflow=database.max_overflow,
+        pool_pre_ping=True,
+        json_serializer=_json_text,
+        json_deserializer=_json_value,
+        connect_args={"server_settings": server_settings},
+    )
 
 
 def _sqlite_engine(settings: Settings) -> Engine:
