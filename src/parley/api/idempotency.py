@@ -88,6 +88,9 @@ class Idempotency:
         self.max_response = max_response_bytes
         self.cancel_on_disconnect = cancel_on_disconnect
         self._running: dict[tuple[str, str], Recording] = {}
+        self._settling: dict[tuple[str, str], asyncio.Event] = {}
+        """Keys whose row is being written or released (but for a whole response kept,
+        which a retry joins): a retry waits, then looks again."""
         self._next_purge = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,6 +122,10 @@ class Idempotency:
         self, store: IdempotencyStore, ident: tuple[str, str], fingerprint: str, request: _Request
     ) -> None:
         while True:
+            settling = self._settling.get(ident)
+            if settling is not None:
+                await settling.wait()
+                continue
             recording = self._running.get(ident)
             if recording is not None:
                 if recording.fingerprint != fingerprint:
@@ -162,11 +169,36 @@ class Idempotency:
             self._forget(ident, recording)  # shutting down: the row is interrupted at start
             raise
         except BaseException:
-            self._forget(ident, recording)
-            await store.release(*ident)
+            await self._settle(store, ident, recording, None)
             raise
+        await self._settle(store, ident, recording, recording.outcome(self.max_response))
+
+    async def _settle(
+        self,
+        store: IdempotencyStore,
+        ident: tuple[str, str],
+        recording: Recording,
+        kept: StoredResponse | None,
+    ) -> None:
+        """Record the outcome, then let this process's entry go. A retry arriving before
+        the row is written must not find it still running (409 in use: on PostgreSQL a
+        write takes long enough for a client to come back): it joins the recording
+        when the whole response is kept, else waits for the row to be written (or to
+        go) and reads it."""
+        if kept is not None and recording.state == "ended":
+            try:
+                await _keep(store, ident, kept)
+            finally:
+                self._forget(ident, recording)
+            return
+        settled = asyncio.Event()
+        self._settling[ident] = settled
         self._forget(ident, recording)
-        await _keep(store, ident, recording.outcome(self.max_response))
+        try:
+            await _keep(store, ident, kept)
+        finally:
+            del self._settling[ident]
+            settled.set()
 
     def _forget(self, ident: tuple[str, str], recording: Recording) -> None:
         recording.close()
