@@ -55,4 +55,16 @@ done
 status=0
 .venv/bin/pytest -p no:xdist "$fuzz" "$@" || status=$?
 [ "$status" -eq 0 ] || [ "$status" -eq 5 ] || exit "$status"  # 5: -k left none of them
-exec .venv/bin/pytest "${workers[@]}" --ignore "$fuzz" "$@"
+.venv/bin/pytest "${workers[@]}" --ignore "$fuzz" "$@"
+# The API tests of what is stored, again with every server on PostgreSQL with pgvector
+# (the store, knowledge and memory tests above already ran on both engines).
+postgres_api=()
+for name in branches approvals usage_limits_api assistants assistant_chat summaries mcp_api \
+  knowledge_api knowledge_chat memories idempotency sessions tools_and_conversations \
+  chat_completions conversation_search keys_api titles browser_sessions files_upload \
+  downloads stateless_spend revocation; do
+  postgres_api+=("tests/api/test_$name.py")
+done
+status=0
+TESTS_DATABASE=postgresql .venv/bin/pytest "${workers[@]}" "${postgres_api[@]}" "$@" || status=$?
+[ "$status" -eq 0 ] || [ "$status" -eq 5 ] || exit "$status"

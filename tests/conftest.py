@@ -132,9 +132,15 @@ def client(parley: ParleyServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{parley.url}/v1", api_key="sk-anything", max_retries=0)
 
 
-def db_rows(db_path: Path, query: str, *args: Any) -> list[sqlite3.Row]:
-    """Read the server's SQLite database directly (WAL allows a concurrent reader)."""
-    connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+def db_rows(source: Path | ParleyServer, query: str, *args: Any) -> list[Any]:
+    """Read a server's database directly: its SQLite file (WAL allows a concurrent
+    reader), or its PostgreSQL database (``query`` with ``?`` placeholders either way).
+    Rows are read by name or position."""
+    if isinstance(source, ParleyServer):
+        if source.database_url is not None:
+            return postgres.rows(source.database_url, query, args)
+        source = source.db_path
+    connection = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     connection.row_factory = sqlite3.Row
     try:
         return list(connection.execute(query, args))

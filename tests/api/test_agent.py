@@ -108,7 +108,7 @@ def test_server_tool_non_streaming_and_chatchat_tool_config(
     assert [(t["name"], t["is_error"]) for t in report] == [("current_time", False)]
     conversation = extras(reply)["parley"]["conversation_id"]
     rows = db_rows(
-        agent_server.db_path,
+        agent_server,
         "SELECT role, parts, usage FROM messages WHERE conversation_id = ? ORDER BY rowid",
         conversation,
     )
@@ -167,7 +167,7 @@ def test_retry_after_503_then_fallback_model(
     assert [r["model"] for r in upstream.requests] == ["mock-model"] * 2  # retried, same model
     conversation = extras(reply)["parley"]["conversation_id"]
     rows = db_rows(
-        agent_server.db_path,
+        agent_server,
         "SELECT role FROM messages WHERE conversation_id = ?",
         conversation,
     )
@@ -300,9 +300,7 @@ def test_sigterm_finishes_or_interrupts_live_streams(upstream: MockOpenAI, tmp_p
         assert "shutting down" in last["error"]["message"]
         # uvicorn re-raises the signal once it has shut down cleanly
         assert server.process.wait(15) in (0, -signal.SIGTERM)
-        rows = db_rows(
-            server.db_path, "SELECT status, parts FROM messages WHERE role = 'assistant'"
-        )
+        rows = db_rows(server, "SELECT status, parts FROM messages WHERE role = 'assistant'")
         assert [r["status"] for r in rows] == ["interrupted"]
         saved = json.loads(rows[0]["parts"])[0]["text"]
         assert saved.startswith("w0 w1 ")
@@ -358,7 +356,7 @@ def test_silent_upstream_hits_the_deadlines(upstream: MockOpenAI, tmp_path: Path
         stream.close()
         assert "between chunks" in str(stalled.value)
         rows = db_rows(
-            server.db_path,
+            server,
             "SELECT status, parts FROM messages WHERE role = 'assistant' ORDER BY rowid",
         )
         assert rows[-1]["status"] == "incomplete"

@@ -283,7 +283,7 @@ def test_a_new_message_instead_of_decisions_closes_the_pending_calls(
     assert "Not run" in tool_messages(upstream.requests[-1])[0]["content"]
     assert sent[-1] == {"role": "user", "content": "never mind"}
     rows = db_rows(
-        server.db_path,
+        server,
         "SELECT status, parts FROM messages WHERE conversation_id = ? ORDER BY created_at",
         conversation_id,
     )

@@ -36,7 +36,7 @@ def test_non_streaming_reply(client: openai.OpenAI, upstream: MockOpenAI, parley
     assert upstream.headers[-1]["authorization"] == "Bearer sk-upstream-secret"
 
     rows = db_rows(
-        parley.db_path,
+        parley,
         "SELECT role, status, parts, usage, finish_reason, model FROM messages "
         "WHERE conversation_id = ? ORDER BY created_at",
         extension["parley"]["conversation_id"],

@@ -45,7 +45,7 @@ async def test_fifty_concurrent_streams(parley: ParleyServer, upstream: MockOpen
     async with httpx.AsyncClient() as http:
         for conversation_id in existing:
             stored = db_rows(
-                parley.db_path,
+                parley,
                 "SELECT status FROM messages WHERE conversation_id = ?",
                 conversation_id,
             )

@@ -178,7 +178,7 @@ def test_keys_and_owners(keyed: ParleyServer, upstream: MockOpenAI):
     assert [c["id"] for c in listed] == [conversation_id]
 
     # keys are stored as hashes only
-    stored = db_rows(keyed.db_path, "SELECT key_hash, prefix FROM api_keys")
+    stored = db_rows(keyed, "SELECT key_hash, prefix FROM api_keys")
     assert all(alice_key not in (r["key_hash"], r["prefix"]) for r in stored)
 
     listing = keyed.cli("keys", "list")

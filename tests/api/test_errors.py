@@ -109,7 +109,7 @@ def test_upstream_failure_before_first_byte_is_a_real_http_error(
     assert "retry-after" in unavailable.value.response.headers
     # the user message is kept; the assistant message is marked failed
     rows = db_rows(
-        parley.db_path,
+        parley,
         "SELECT role, status, error FROM messages ORDER BY created_at DESC LIMIT 2",
     )
     assert [(r["role"], r["status"]) for r in rows] == [
@@ -141,9 +141,9 @@ def test_failure_mid_stream_sends_error_event_and_keeps_partial_text(
         read_all()
     assert "".join(received) == "partial answer "
     message_id = db_rows(
-        parley.db_path, "SELECT id FROM messages WHERE role='assistant' ORDER BY created_at DESC"
+        parley, "SELECT id FROM messages WHERE role='assistant' ORDER BY created_at DESC"
     )[0]["id"]
-    row = db_rows(parley.db_path, "SELECT status, parts FROM messages WHERE id=?", message_id)[0]
+    row = db_rows(parley, "SELECT status, parts FROM messages WHERE id=?", message_id)[0]
     assert row["status"] == "incomplete"
     assert json.loads(row["parts"]) == [{"kind": "text", "text": "partial answer "}]
 
@@ -178,7 +178,7 @@ def test_garbage_from_upstream_is_a_clean_error(client: openai.OpenAI, upstream:
 def test_an_empty_new_message_is_refused_before_anything_is_stored(
     client: openai.OpenAI, upstream: MockOpenAI, parley: ParleyServer, content: object, stream: bool
 ) -> None:
-    before = db_rows(parley.db_path, "SELECT COUNT(*) AS n FROM messages")[0]["n"]
+    before = db_rows(parley, "SELECT COUNT(*) AS n FROM messages")[0]["n"]
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="fast",
@@ -194,4 +194,4 @@ def test_an_empty_new_message_is_refused_before_anything_is_stored(
     assert error["code"] == "empty_message"
     assert error["param"] == "messages.2.content"
     assert upstream.requests == []
-    assert db_rows(parley.db_path, "SELECT COUNT(*) AS n FROM messages")[0]["n"] == before
+    assert db_rows(parley, "SELECT COUNT(*) AS n FROM messages")[0]["n"] == before

@@ -51,7 +51,7 @@ def _key(name: str) -> dict[str, str]:
 
 
 def _user_messages(server: ParleyServer, text: str) -> int:
-    rows = db_rows(server.db_path, "SELECT parts FROM messages WHERE role = 'user'")
+    rows = db_rows(server, "SELECT parts FROM messages WHERE role = 'user'")
     return sum(text in row["parts"] for row in rows)
 
 
@@ -215,7 +215,7 @@ def test_other_creating_posts_run_once(server: ParleyServer, alice: httpx.Client
     again = alice.post("/memories", json={"text": text}, headers=headers)
     assert first.status_code == again.status_code == 201
     assert again.json() == first.json()
-    rows = db_rows(server.db_path, "SELECT id FROM memories WHERE text = ?", text)
+    rows = db_rows(server, "SELECT id FROM memories WHERE text = ?", text)
     assert len(rows) == 1
     assistant = {"name": f"Once {time.monotonic_ns()}"}
     headers = _key("assistant")
@@ -332,9 +332,9 @@ def test_cancel_on_disconnect_forgets_the_key_and_large_responses_are_not_kept(
 
 def _interrupted(server: ParleyServer, text: str) -> bool:
     rows = db_rows(
-        server.db_path,
+        server,
         "SELECT a.status FROM messages a JOIN messages u ON a.parent_id = u.id "
-        "WHERE u.parts LIKE ? AND a.role = 'assistant'",
+        "WHERE CAST(u.parts AS TEXT) LIKE ? AND a.role = 'assistant'",
         f"%{text}%",
     )
     return any(row["status"] == "interrupted" for row in rows)

@@ -57,7 +57,7 @@ def test_admins_list_every_key_without_secrets(
     assert keys["alice"].startswith(listed["alice"]["prefix"])
     for secret in (keys["alice"], keys["admin"]):
         assert secret not in response.text
-    hashes = [row["key_hash"] for row in db_rows(server.db_path, "SELECT key_hash FROM api_keys")]
+    hashes = [row["key_hash"] for row in db_rows(server, "SELECT key_hash FROM api_keys")]
     assert not any(h in response.text for h in hashes)
     assert (body["first_id"], body["last_id"]) == (body["data"][0]["id"], body["data"][-1]["id"])
 
@@ -111,7 +111,7 @@ def test_a_new_key_is_never_kept_for_an_idempotency_key(
     assert first.status_code == second.status_code == 201
     assert first.json()["key"] != second.json()["key"]
     assert "idempotent-replayed" not in second.headers
-    rows = db_rows(server.db_path, "SELECT body, headers FROM idempotency_keys")
+    rows = db_rows(server, "SELECT body, headers FROM idempotency_keys")
     assert not any(b"sk-parley-" in (row["body"] or b"") for row in rows)
 
 
@@ -146,7 +146,7 @@ def test_revoking_a_key_ends_it_from_its_next_request(
     again = admin.delete(f"/keys/{made['id']}")
     assert api_error(again, 404)["code"] == "key_not_found"
     assert api_error(admin.delete("/keys/key_nonexistent"), 404)["param"] == "key_id"
-    (row,) = db_rows(server.db_path, "SELECT revoked_at FROM api_keys WHERE id=?", made["id"])
+    (row,) = db_rows(server, "SELECT revoked_at FROM api_keys WHERE id=?", made["id"])
     assert row["revoked_at"] == revoked["revoked_at"]  # what `parley keys list` reads
 
 

@@ -324,7 +324,7 @@ def test_create_read_update_delete(admin: httpx.Client, server: ParleyServer) ->
     updated = admin.patch("/mcp/servers/hosted", json=changes)
     assert updated.status_code == 200, updated.text
     assert updated.json()["enabled"] is False
-    [row] = db_rows(server.db_path, "SELECT config FROM mcp_servers WHERE name = 'hosted'")
+    [row] = db_rows(server, "SELECT config FROM mcp_servers WHERE name = 'hosted'")
     assert '"crud-bearer-SECRET"' in row["config"]
     assert '"blue-SECRET"' in row["config"]
     assert '"new-SECRET"' in row["config"]
@@ -337,7 +337,7 @@ def test_create_read_update_delete(admin: httpx.Client, server: ParleyServer) ->
     assert switched.status_code == 200, switched.text
     assert switched.json()["config"]["transport"] == "stdio"
     assert switched.json()["config"]["bearer_token"] is None
-    [row] = db_rows(server.db_path, "SELECT config FROM mcp_servers WHERE name = 'hosted'")
+    [row] = db_rows(server, "SELECT config FROM mcp_servers WHERE name = 'hosted'")
     assert "SECRET" not in row["config"]
 
     deleted = admin.delete("/mcp/servers/hosted")
@@ -402,7 +402,7 @@ def test_import_creates_skips_and_replaces(
     assert admin.post("/mcp/servers/import", json=vscode).json()["created"] == ["code"]
     assert api_error(admin.post("/mcp/servers/import", json={"other": {}}), 400)
     assert not list(folder.glob("*.started"))
-    [row] = db_rows(server.db_path, "SELECT config FROM mcp_servers WHERE name = 'files'")
+    [row] = db_rows(server, "SELECT config FROM mcp_servers WHERE name = 'files'")
     assert "import-SECRET" in row["config"]
 
 

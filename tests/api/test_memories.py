@@ -82,7 +82,7 @@ def test_create_read_update_delete(alice: httpx.Client, server: ParleyServer) ->
     assert changed["updated_at"] >= created["updated_at"]
     assert changed["created_at"] == created["created_at"]
     assert alice.get(f"/memories/{created['id']}").json() == changed
-    rows = db_rows(server.db_path, "SELECT terms FROM memories WHERE id = ?", created["id"])
+    rows = db_rows(server, "SELECT terms FROM memories WHERE id = ?", created["id"])
     assert rows[0]["terms"] == "metric and 24 hour time"
 
     deleted = alice.delete(f"/memories/{created['id']}")
@@ -90,7 +90,7 @@ def test_create_read_update_delete(alice: httpx.Client, server: ParleyServer) ->
     assert api_error(alice.get(f"/memories/{created['id']}"), 404)["code"] == "memory_not_found"
     api_error(alice.delete(f"/memories/{created['id']}"), 404)
     api_error(alice.patch(f"/memories/{created['id']}", json={"text": "x"}), 404)
-    assert db_rows(server.db_path, "SELECT id FROM memories WHERE id = ?", created["id"]) == []
+    assert db_rows(server, "SELECT id FROM memories WHERE id = ?", created["id"]) == []
 
 
 def test_assistant_scopes(alice: httpx.Client) -> None:

@@ -172,7 +172,7 @@ def test_provider_read_timeout_is_honoured(impatient: ParleyServer, upstream: Mo
 
 def _last_assistant_status(server: ParleyServer) -> str:
     rows = db_rows(
-        server.db_path,
+        server,
         "SELECT status FROM messages WHERE role='assistant' ORDER BY created_at DESC",
     )
     return str(rows[0]["status"])

@@ -88,7 +88,7 @@ def test_a_revoked_keys_stream_ends_within_a_second(
     assert other.error is None
     assert other.text.count("tick") == 100  # the other key's stream went on to its end
     (row,) = db_rows(
-        server.db_path,
+        server,
         "SELECT status FROM messages WHERE conversation_id=? AND role='assistant'",
         doomed.conversation_id,
     )

@@ -150,7 +150,7 @@ def test_request_text_is_replaced_and_detections_recorded(
     rows: list[Any] = []
     while time.monotonic() < deadline and len(rows) < 2:
         time.sleep(0.1)
-        rows = db_rows(replacing.db_path, query, message_id)
+        rows = db_rows(replacing, query, message_id)
     found = [(row["name"], row["outcome"], row["detail"]) for row in rows]
     assert found == [
         ("word:words.txt:2", "replaced", '{"where":"request","count":1}'),

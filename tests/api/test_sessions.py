@@ -108,9 +108,7 @@ def test_cancel_stops_the_reply_and_keeps_what_was_said(
     assert cancelled["cancelled"] is True
     assert cancelled["object"] == "conversation.cancellation"
     assert out["error"].code == "cancelled"
-    [row] = db_rows(
-        parley.db_path, "SELECT status FROM messages WHERE id = ?", cancelled["message_id"]
-    )
+    [row] = db_rows(parley, "SELECT status FROM messages WHERE id = ?", cancelled["message_id"])
     assert row["status"] == "interrupted"
     assert httpx.post(f"{parley.url}/v1/conversations/conv_nope/cancel").status_code == 404
 

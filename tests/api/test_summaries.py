@@ -182,9 +182,9 @@ def test_deleting_the_conversation_deletes_its_summaries(
     cid = _conversation(alice, upstream, HISTORY)
     upstream.queue_text("Soon gone.")
     assert alice.post(f"/conversations/{cid}/compact", json={}).status_code == 200
-    assert db_rows(server.db_path, "SELECT id FROM summaries WHERE conversation_id=?", cid)
+    assert db_rows(server, "SELECT id FROM summaries WHERE conversation_id=?", cid)
     assert alice.delete(f"/conversations/{cid}").status_code == 200
-    assert not db_rows(server.db_path, "SELECT id FROM summaries WHERE conversation_id=?", cid)
+    assert not db_rows(server, "SELECT id FROM summaries WHERE conversation_id=?", cid)
 
 
 def test_a_long_chat_sends_a_summary_and_the_recent_window(

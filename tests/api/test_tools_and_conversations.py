@@ -169,7 +169,7 @@ def test_continue_with_client_tool_results(
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
     assert sent[2]["content"] == "sunny"
     rows = db_rows(
-        parley.db_path,
+        parley,
         "SELECT role, parts FROM messages WHERE conversation_id = ? ORDER BY created_at",
         conversation_id,
     )
@@ -235,7 +235,7 @@ def test_conversations_list_rename_delete(
     assert gone.status_code == 404
     assert gone.json()["error"]["code"] == "conversation_not_found"
     assert httpx.delete(f"{api}/{ids[0]}").status_code == 404
-    assert not db_rows(parley.db_path, "SELECT id FROM messages WHERE conversation_id=?", ids[0])
+    assert not db_rows(parley, "SELECT id FROM messages WHERE conversation_id=?", ids[0])
 
 
 def test_chatchat_route(parley: ParleyServer, upstream: MockOpenAI):

@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from parley.testing.live import SERVING, LiveServer
+from tests.support import postgres
 from tests.support.databases import copy_migrated_to
 
 
@@ -34,6 +35,23 @@ def free_port() -> int:
 
 PROVIDER_ENVIRONMENT = ("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_API_KEY")
 """Variables Parley reads providers from: a server in this process would see them."""
+
+
+TEST_ENGINE = "TESTS_DATABASE"
+"""The variable that puts the servers the tests start on another engine:
+``TESTS_DATABASE=postgresql`` gives each one that names no database of its own a fresh
+migrated PostgreSQL database (``tests/support/postgres.py``); scripts/test.sh runs the
+API tests of what is stored that way too. (Not PARLEY_*: those go to the server.)"""
+
+
+def on_test_engine(config: dict[str, Any], env: dict[str, str] | None) -> dict[str, Any]:
+    """``config``, on the engine ``TESTS_DATABASE`` names when it names no database."""
+    if os.environ.get(TEST_ENGINE, "sqlite") == "sqlite":
+        return config
+    own = "data_dir" in config or (config.get("database") or {}).get("url")
+    if own or (env or {}).get("PARLEY_DATABASE__URL"):
+        return config
+    return {**config, "database": {**config.get("database", {}), "url": postgres.new_database()}}
 
 
 class ParleyServer:
@@ -59,6 +77,9 @@ class ParleyServer:
         # off unless a test's config turns them on, so that each test's upstream sees
         # only the calls it scripted (tests/api/test_titles.py turns them on).
         chat = {"generate_titles": False, "generate_suggestions": False, **config.get("chat", {})}
+        config = on_test_engine(config, env)
+        self.database_url: str | None = (config.get("database") or {}).get("url")
+        """The server's database when it is not the SQLite file of ``data_dir``."""
         self.config_path.write_text(yaml.safe_dump({**config, "chat": chat}))
         self.env = {
             key: value

@@ -118,7 +118,7 @@ async def settle(server: ParleyServer) -> list[Any]:
     """Wait until no document is pending or being deleted; the documents then."""
     deadline = asyncio.get_running_loop().time() + SETTLE_SECONDS
     while True:
-        rows = db_rows(server.db_path, "SELECT * FROM kb_documents ORDER BY filename")
+        rows = db_rows(server, "SELECT * FROM kb_documents ORDER BY filename")
         busy = [r for r in rows if r["status"] in ("queued", "indexing", "deleting")]
         if not busy:
             return rows
@@ -162,7 +162,7 @@ async def test_reindexing_replacing_and_deleting_at_once(
         ]
         for document in documents:
             chunks = db_rows(
-                server.db_path,
+                server,
                 "SELECT count(*) AS n FROM kb_chunks WHERE document_id = ?",
                 document["id"],
             )[0]["n"]
@@ -170,7 +170,7 @@ async def test_reindexing_replacing_and_deleting_at_once(
         gone += [f"betaround{round_}", f"alpharound{round_ - 1}" if round_ else "alphafirst"]
         for marker in gone:
             left = db_rows(
-                server.db_path,
+                server,
                 "SELECT count(*) AS n FROM kb_chunks WHERE text LIKE ?",
                 f"%{marker}%",
             )[0]["n"]

@@ -256,7 +256,7 @@ def test_an_expired_id_is_missing_and_its_base_deleted(short_lived: ParleyServer
         temp_id = body["data"]["id"]
         uploaded = time.monotonic()
         assert sources(api.search_temp_docs(temp_id, "zebrafish")) == ["notes.txt"]
-        stored = db_rows(short_lived.db_path, "select * from knowledge_bases where id = ?", temp_id)
+        stored = db_rows(short_lived, "select * from knowledge_bases where id = ?", temp_id)
         assert stored[0]["expires_at"] is not None
         folder = short_lived.data_dir / "knowledge" / temp_id
         assert folder.is_dir()
@@ -274,6 +274,6 @@ def test_an_expired_id_is_missing_and_its_base_deleted(short_lived: ParleyServer
         for table in ("knowledge_bases", "kb_documents", "kb_chunks"):
             column = "id" if table == "knowledge_bases" else "kb_id"
             query = f"select count(*) from {table} where {column} = ?"
-            assert db_rows(short_lived.db_path, query, temp_id)[0][0] == 0, table
+            assert db_rows(short_lived, query, temp_id)[0][0] == 0, table
     finally:
         api.close()
