@@ -19,7 +19,6 @@ reads: the rescaling of ``vectors.py``, on what the database computed.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from parley.knowledge.vectors import (
     VectorIndexes,
     VectorSearch,
     rescale_by_script,
+    unit_query,
 )
 from parley.store.database import Database
 
@@ -93,16 +93,15 @@ class PgVectorIndexes:
         floors: Floors | None = None,
     ) -> list[tuple[int, float]]:
         """(chunk id, cosine), best first, at most ``limit``: ``VectorIndexes.search``."""
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        norm = float(np.linalg.norm(query))
-        if not model or limit < 1 or not math.isfinite(norm) or norm == 0.0:
+        query = unit_query(vector)
+        if not model or limit < 1 or query is None:
             return []
         kb_ids = sorted({kb.id for kb in kbs if kb.embedding_model == model})
         if not kb_ids:
             return []
         dimensions = len(query)
         await self._index(dimensions)
-        search = _Search(owner, kb_ids, model, query / norm, limit, floors)
+        search = _Search(owner, kb_ids, model, query, limit, floors)
         return await self._db.read(search.run, heavy=True)
 
     def document_ready(self, kb_id: str, version: int, document_id: str) -> None:

@@ -285,6 +285,17 @@ class _TooLarge:
     nbytes: int
 
 
+def unit_query(vector: Vectors) -> npt.NDArray[np.float32] | None:
+    """``vector`` as a flat float32 unit vector; None when it has no direction (zero,
+    or not finite): nothing is near it."""
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(query))
+    if not math.isfinite(norm) or norm == 0.0:
+        return None
+    unit: npt.NDArray[np.float32] = query / norm
+    return unit
+
+
 class VectorSearch(Protocol):
     """What knowledge needs of a vector index: ``VectorIndexes`` (in memory, SQLite's)
     and ``pgvector.PgVectorIndexes`` (PostgreSQL's)."""
@@ -358,11 +369,9 @@ class VectorIndexes:
         ready documents of those ``kbs`` whose recorded embedding model is ``model``
         (the model that made ``vector``); the other bases are not compared. A chunk
         under its script's ``floors`` (``background.floors``) is not a match."""
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        norm = float(np.linalg.norm(query))
-        if not model or limit < 1 or not math.isfinite(norm) or norm == 0.0:
+        query = unit_query(vector)
+        if not model or limit < 1 or query is None:
             return []
-        query = query / norm
         same: dict[str, KbRef] = {}
         for kb in kbs:
             if kb.embedding_model == model and kb.version >= same.get(kb.id, kb).version:
