@@ -13,12 +13,12 @@
   rank nearly every chunk, so the rarest terms are kept while the chunks they are in add
   up to at most a budget (one chunk in 25 of the index, 500 to 4,000); when every term is
   that common, the rarest alone ranks the newest chunks holding it, as many.
-- ``VectorIndexes`` (SQLite; ``pgvector.py`` on PostgreSQL): each knowledge base's
-  vectors as one float32 matrix in memory,
-  searched exactly on a worker thread (numpy lets go of the GIL). A matrix is read at the
-  base's first search and brought up to date whenever a search names a later ``version``
-  of the base (only the documents that changed are read), whoever made the change.
-  Memory is bounded: the least recently searched bases go first.
+- ``VectorIndexes`` (on PostgreSQL ``pgvector.py`` searches in the database instead):
+  each knowledge base's vectors as one float32 matrix in memory, searched exactly on
+  a worker thread (numpy lets go of the GIL). A matrix is read at the base's first
+  search and brought up to date whenever a search names a later ``version`` of the base
+  (only the documents that changed are read), whoever made the change. Memory is
+  bounded: the least recently searched bases go first.
 - ``hybrid_search`` runs both searches at once (by words without the query's stop
   words) and fuses them by score (``fusion.py``; by words alone without a query
   vector). ``fetch_chunks`` reads the chunks.
@@ -211,9 +211,9 @@ class LexicalMatches:
 def lexical_search(
     conn: Connection, *, owner: str, kb_ids: Sequence[str], terms: list[str], limit: int
 ) -> list[tuple[int, float]]:
-    """(chunk id, score), best first (score higher is better; BM25 on SQLite, ts_rank on
-    PostgreSQL): the owner's chunks of ready documents of ``kb_ids`` holding any of
-    ``terms`` (``lexical.query_terms``), at most ``limit``."""
+    """(chunk id, score), best first (score higher is better; BM25 on SQLite, its scale
+    on PostgreSQL: ``_search_postgres``): the owner's chunks of ready documents of
+    ``kb_ids`` holding any of ``terms`` (``lexical.query_terms``), at most ``limit``."""
     return lexical_matches(conn, owner=owner, kb_ids=kb_ids, terms=terms, limit=limit).hits
 
 
