@@ -64,9 +64,11 @@ from parley.api.shapes import Health
 from parley.api.state import AppState
 from parley.api.uploads import uploads_bound
 from parley.api.webui import WebUI
+from parley.cluster import Cluster, cluster_for
 from parley.conversations.judge import ModelJudge
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
+from parley.conversations.recovery import keep_sweeping, sweep
 from parley.conversations.service import ConversationService
 from parley.extraction.clients import AttachmentReader, KnowledgeExtractor
 from parley.extraction.pool import ReaderPool
@@ -171,7 +173,8 @@ async def _start(
     tools: Sequence[Tool],
 ) -> AppState:
     """Start every part the routes use; each one's closing goes on ``stack``."""
-    database = await _database(settings, stack, ledger)
+    cluster = cluster_for(settings.redis)
+    database = await _database(settings, stack, ledger, cluster)
     client = httpx.AsyncClient(
         timeout=httpx.Timeout(600.0, connect=10.0),
         # httpcore scans its whole pool for every request: with a hundred idle
@@ -213,24 +216,40 @@ async def _start(
         knowledge=knowledge,
         memory=memory,
         mcp=mcp,
+        cluster=cluster,
     )
     state = _state(parts, chain, audit, pricing)
     stack.push_async_callback(state.service.shutdown, settings.agent.shutdown_grace_seconds)
+    await _cluster(stack, cluster, state)
     return state
 
 
-async def _database(settings: Settings, stack: AsyncExitStack, ledger: Ledger) -> Database:
-    """The database, migrated, with what a crash left running marked as cut off."""
+async def _cluster(stack: AsyncExitStack, cluster: Cluster, state: AppState) -> None:
+    """The instances' shared part: signals reach this one's replies; with others, the
+    replies a dead instance left streaming are looked for all along."""
+    await cluster.start(state.service.on_signal)
+    stack.push_async_callback(cluster.close)
+    if cluster.shared:
+        sweeping = asyncio.create_task(keep_sweeping(state.conversations, cluster))
+        stack.callback(sweeping.cancel)
+
+
+async def _database(
+    settings: Settings, stack: AsyncExitStack, ledger: Ledger, cluster: Cluster
+) -> Database:
+    """The database, migrated, with what a crash left running marked as cut off (with
+    other instances, only what no live instance holds: ``conversations/recovery.py``)."""
     database = Database(settings)
     stack.push_async_callback(database.dispose)
     database.contended = ledger.serving_any
     await database.migrate()
-    interrupted = await ConversationStore(database).interrupt_streaming()
+    interrupted = await sweep(ConversationStore(database), cluster)
     if interrupted:
         log.warning("marked %d message(s) left streaming as interrupted", interrupted)
-    cut_off = await IdempotencyStore(database).interrupt_running()
-    if cut_off:
-        log.warning("%d request(s) with an Idempotency-Key were cut off", cut_off)
+    if not cluster.shared:  # another instance's keys may be running
+        cut_off = await IdempotencyStore(database).interrupt_running()
+        if cut_off:
+            log.warning("%d request(s) with an Idempotency-Key were cut off", cut_off)
     return database
 
 
@@ -261,6 +280,7 @@ class _Parts:
     knowledge: KnowledgeService | None
     memory: MemoryService
     mcp: McpService
+    cluster: Cluster
 
 
 def _state(
@@ -296,6 +316,7 @@ def _state(
         reaches=Reaches(parts.knowledge, parts.memory),
         citations=citations,
         mcp=parts.mcp,
+        cluster=parts.cluster,
     )
     keys = KeyStore(database)
     sessions = SessionStore(database)

@@ -227,12 +227,12 @@ async def cancel_generation(request: Request, conversation_id: str) -> dict[str,
         await state.conversations.get_conversation(owner, conversation_id)
     except LookupError:
         raise not_found(conversation_id) from None
-    generation = await state.service.cancel(owner, conversation_id)
+    cancellation = await state.service.cancel(owner, conversation_id)
     return {
         "id": conversation_id,
         "object": "conversation.cancellation",
-        "cancelled": generation is not None,
-        "message_id": None if generation is None else generation.message_id,
+        "cancelled": cancellation.cancelled,
+        "message_id": cancellation.message_id,
     }
 
 

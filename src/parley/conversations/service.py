@@ -28,6 +28,7 @@ from functools import partial
 from parley.agent.completion import Completer
 from parley.agent.loop import AgentLoop, AgentRequest
 from parley.agent.model_call import ModelCall
+from parley.cluster import Cluster, Signal
 from parley.conversations.assistants import (
     Assistant,
     regex_rules,
@@ -47,7 +48,7 @@ from parley.conversations.outgoing import Outgoing, OutgoingBuilder
 from parley.conversations.reach import Reaches
 from parley.conversations.records import turn_record
 from parley.conversations.sampling import request_template
-from parley.conversations.sessions import Sessions
+from parley.conversations.sessions import Cancellation, Sessions
 from parley.conversations.titles import TitleWriter
 from parley.conversations.turn_tools import TurnTools
 from parley.conversations.turns import ChatTurn
@@ -97,6 +98,7 @@ class ConversationService:
         reaches: Reaches | None = None,
         citations: CitationStore | None = None,
         mcp: McpService | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self._settings = settings
         self._reaches = reaches or Reaches(None, None)
@@ -110,7 +112,7 @@ class ConversationService:
         self._tools = tools or ToolRegistry()
         self._turn_tools = TurnTools(settings, self._tools, mcp)
         self._running: set[Generation] = set()
-        self._sessions = Sessions(settings.chat.session_idle_seconds)
+        self._sessions = Sessions(settings.chat.session_idle_seconds, cluster)
         self.shutting_down = False
         self._shutdown_task: asyncio.Future[None] | None = None
         try:
@@ -225,10 +227,14 @@ class ConversationService:
             self._sessions.attach(turn.owner, turn.conversation_id, generation)
             return generation
 
-    async def cancel(self, owner: str, conversation_id: str) -> Generation | None:
-        """End the conversation's running generation (saved as interrupted); returns it,
-        or None when nothing was running."""
+    async def cancel(self, owner: str, conversation_id: str) -> Cancellation:
+        """End the conversation's reply, here or on another instance (saved as
+        interrupted); what was cancelled."""
         return await self._sessions.cancel(owner, conversation_id)
+
+    def on_signal(self, signal: Signal) -> None:
+        """Another instance asks to end a reply running here (``parley.cluster``)."""
+        self._sessions.on_signal(signal)
 
     def running_message(self, owner: str, conversation_id: str) -> str | None:
         """The id of the reply being generated in the conversation, if any."""

@@ -426,6 +426,21 @@ class DatabaseSettings(_Section):
     )
 
 
+class RedisSettings(_Section):
+    url: str | None = Field(
+        default=None,
+        description="redis://host:6379/0: what several instances share (one reply at a "
+        "time per conversation, cancel and supersede). None: one instance, as alone.",
+    )
+    lease_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A conversation's reply lease lasts this long unless its instance "
+        "renews it: a dead instance's replies are found interrupted within about this.",
+    )
+    key_prefix: str = Field(default="parley", min_length=1, max_length=64)
+
+
 def default_data_dir() -> Path:
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Application Support" / "parley"
@@ -458,6 +473,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
     providers: list[ProviderSettings] = Field(default_factory=list)
     models: dict[str, ModelAlias] = Field(default_factory=dict)
     agent: AgentSettings = Field(default_factory=AgentSettings)

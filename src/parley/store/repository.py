@@ -25,6 +25,7 @@ from sqlalchemy import (
     delete,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.exc import IntegrityError
@@ -228,18 +229,44 @@ class ConversationStore(BranchOps, SearchOps):
         }
         await self._db.write(lambda conn: conn.execute(_FINISH, values))
 
-    async def interrupt_streaming(self) -> int:
-        """At start-up: messages left ``streaming`` by a crash become ``interrupted``."""
+    async def interrupt_streaming(
+        self,
+        only: Sequence[tuple[str, str]] | None = None,
+        *,
+        updated_before: float | None = None,
+    ) -> int:
+        """Messages left ``streaming`` by a crash become ``interrupted``: all of them (at
+        the start of a lone instance), or those of the ``only`` (owner, conversation)
+        pairs last written before ``updated_before`` (a dead instance's, found by
+        ``conversations/recovery.py``). How many."""
+        where = [messages.c.status == "streaming"]
+        if updated_before is not None:
+            where.append(messages.c.updated_at < updated_before)
+        if only is not None:
+            if not only:
+                return 0
+            where.append(tuple_(messages.c.owner, messages.c.conversation_id).in_(list(only)))
 
         def transaction(conn: Connection) -> int:
-            result = conn.execute(
-                update(messages)
-                .where(messages.c.status == "streaming")
-                .values(status="interrupted", updated_at=time.time())
-            )
+            statement = update(messages).where(*where)
+            result = conn.execute(statement.values(status="interrupted", updated_at=time.time()))
             return int(result.rowcount or 0)
 
         return await self._db.write(transaction)
+
+    async def streaming_conversations(self, updated_before: float) -> list[tuple[str, str]]:
+        """(owner, conversation id) of the messages still ``streaming`` that were last
+        written before ``updated_before``."""
+        statement = (
+            select(messages.c.owner, messages.c.conversation_id)
+            .where(messages.c.status == "streaming", messages.c.updated_at < updated_before)
+            .distinct()
+        )
+
+        def query(conn: Connection) -> list[tuple[str, str]]:
+            return [(str(row[0]), str(row[1])) for row in conn.execute(statement)]
+
+        return await self._db.read(query)
 
     async def create_conversation(
         self, owner: str, *, title: str | None, meta: dict[str, Any] | None

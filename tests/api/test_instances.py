@@ -1,0 +1,145 @@
+"""Several ``parley serve`` instances on one PostgreSQL database and one Redis: one reply
+at a time per conversation across them, cancel from any instance, and the replies of an
+instance killed with SIGKILL found interrupted by the others (``parley.cluster``,
+``conversations/sessions.py``, ``conversations/recovery.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from tests.api.test_sessions import slow_reply, started_conversation, stream_in_thread
+from tests.conftest import server_config
+from tests.support import postgres
+from tests.support.redis import running_redis
+from tests.support.server import ParleyServer
+from tests.support.waiting import wait_until
+
+from parley.testing.mock_openai import MockOpenAI
+
+LEASE_SECONDS = 1.0
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+def instance(directory: Path, upstream: MockOpenAI, database: str, redis: str) -> ParleyServer:
+    config = server_config(
+        upstream,
+        database={"url": database},
+        redis={"url": redis, "lease_seconds": LEASE_SECONDS},
+    )
+    return ParleyServer(directory, config, process=True)
+
+
+@pytest.fixture
+def two(tmp_path: Path, upstream: MockOpenAI, redis_url: str) -> Iterator[list[ParleyServer]]:
+    """Instances A and B on one database and one Redis."""
+    database = postgres.new_database()
+    servers = [instance(tmp_path / name, upstream, database, redis_url) for name in "ab"]
+    with servers[0], servers[1]:
+        yield servers
+
+
+def client(server: ParleyServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-x", max_retries=0)
+
+
+def branch(server: ParleyServer, conversation_id: str) -> list[dict[str, Any]]:
+    url = f"{server.url}/v1/conversations/{conversation_id}"
+    messages: list[dict[str, Any]] = httpx.get(url).json()["messages"]
+    return messages
+
+
+def reply_on_a(a: ParleyServer, upstream: MockOpenAI) -> tuple[str, dict[str, Any], Any]:
+    """A conversation whose slow reply is streaming from A (its first words read)."""
+    conversation_id = started_conversation(client(a), upstream)
+    slow_reply(upstream)
+    out: dict[str, Any] = {}
+    thread = stream_in_thread(client(a), conversation_id, out)
+    wait_until(lambda: out.get("so_far", "").startswith("w0 "), what="A's first words")
+    return conversation_id, out, thread
+
+
+def test_a_message_on_b_supersedes_the_reply_running_on_a(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    conversation_id, out, thread = reply_on_a(a, upstream)
+    upstream.queue_text("the newer answer, from B")
+    newer = client(b).chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "never mind"}],
+        extra_body={"conversation_id": conversation_id},
+    )
+    thread.join(10)
+    assert newer.choices[0].message.content == "the newer answer, from B"
+    assert out["error"].code == "superseded"
+    messages = branch(a, conversation_id)
+    assert [(m["role"], m["status"]) for m in messages] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+        ("user", "complete"),
+        ("assistant", "interrupted"),
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ]
+    assert messages[3]["content"] == out["text"]  # what A's client saw is what was kept
+    assert messages[5]["content"] == "the newer answer, from B"
+
+
+def test_cancel_sent_to_b_stops_the_reply_on_a(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    conversation_id, out, thread = reply_on_a(a, upstream)
+    cancelled = httpx.post(f"{b.url}/v1/conversations/{conversation_id}/cancel").json()
+    thread.join(10)
+    assert cancelled["cancelled"] is True
+    assert out["error"].code == "cancelled"
+    [*_, last] = branch(b, conversation_id)
+    assert last["id"] == cancelled["message_id"]
+    assert (last["status"], last["content"]) == ("interrupted", out["text"])
+    # nothing runs now: a cancel finds nothing, and the conversation takes a new message
+    assert httpx.post(f"{b.url}/v1/conversations/{conversation_id}/cancel").json() == {
+        "id": conversation_id,
+        "object": "conversation.cancellation",
+        "cancelled": False,
+        "message_id": None,
+    }
+
+
+def test_the_reply_of_a_killed_instance_is_found_interrupted(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    conversation_id, out, thread = reply_on_a(a, upstream)
+    wait_until(lambda: branch(b, conversation_id)[-1]["content"], what="A's first checkpoint")
+    os.kill(a.process.pid, signal.SIGKILL)
+    thread.join(10)
+    seen = out["so_far"]
+
+    def cut_off() -> bool:
+        return branch(b, conversation_id)[-1]["status"] == "interrupted"
+
+    # the lease lapses (1 s), then B's sweep (every 1 s, rows idle for 1 s) finds it
+    wait_until(cut_off, timeout=10, what="B marked A's reply interrupted")
+    last = branch(b, conversation_id)[-1]
+    assert last["content"]
+    assert seen.startswith(last["content"])  # the last checkpoint: what the client saw
+    upstream.queue_text("regenerated on B")
+    again = client(b).chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "go on"}],
+        extra_body={"conversation_id": conversation_id},
+    )
+    assert again.choices[0].message.content == "regenerated on B"
