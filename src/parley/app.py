@@ -60,7 +60,8 @@ from parley.api.json_depth import shallow_body
 from parley.api.mcp import check_admissible
 from parley.api.mcp_endpoint import McpEndpoint
 from parley.api.openapi import answers
-from parley.api.shapes import Health
+from parley.api.readiness import readiness
+from parley.api.shapes import Health, Readiness
 from parley.api.state import AppState
 from parley.api.uploads import uploads_bound
 from parley.api.webui import WebUI
@@ -347,6 +348,7 @@ def _state(
         mcp=parts.mcp,
         idempotency=IdempotencyStore(database),
         sessions=sessions,
+        cluster=parts.cluster,
     )
 
 
@@ -409,6 +411,15 @@ def _routes(app: FastAPI, settings: Settings) -> None:
     @app.get("/health", tags=["health"], openapi_extra=openapi.public(), **answers(Health))
     async def health(request: Request) -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
+
+    app.add_api_route(
+        "/ready",
+        readiness,
+        methods=["GET"],
+        tags=["health"],
+        openapi_extra=openapi.public(),
+        **answers(Readiness, errors=[503]),
+    )
 
 
 def _largest_body(settings: Settings) -> int:

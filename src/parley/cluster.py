@@ -83,6 +83,10 @@ class Cluster(Protocol):
 
     async def close(self) -> None: ...
 
+    async def ping(self) -> None:
+        """Raise when the shared store cannot be reached."""
+        ...
+
     async def claim(self, key: Key, token: str) -> bool:
         """Take the conversation's lease for ``token`` unless someone holds it."""
         ...
@@ -123,6 +127,9 @@ class Alone:
         return None
 
     async def close(self) -> None:
+        return None
+
+    async def ping(self) -> None:
         return None
 
     async def claim(self, key: Key, token: str) -> bool:
@@ -185,6 +192,9 @@ class RedisCluster:
             self._listening.cancel()
             await asyncio.gather(self._listening, return_exceptions=True)
         await self._redis.aclose()
+
+    async def ping(self) -> None:
+        await self._redis.ping()
 
     async def claim(self, key: Key, token: str) -> bool:
         return bool(await self._redis.set(self._key(key), token, nx=True, px=self._lease_ms))

@@ -86,3 +86,14 @@ async def test_the_api_document_is_built_off_the_event_loop(
     assert first.json()["paths"]["/v1/models/{model}"]
     assert len(builders) == 1
     assert builders[0] != threading.get_ident(), "built on the event loop's thread"
+
+
+def test_ready_checks_the_database_and_says_redis_is_not_used(parley: ParleyServer) -> None:
+    answer = httpx.get(f"{parley.url}/ready")
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "status": "ready",
+        "database": "ok",
+        "redis": "not configured",
+        "accepting": True,
+    }

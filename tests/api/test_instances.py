@@ -5,6 +5,7 @@ instance killed with SIGKILL found interrupted by the others (``parley.cluster``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ def instance(directory: Path, upstream: MockOpenAI, database: str, redis: str) -
         upstream,
         database={"url": database},
         redis={"url": redis, "lease_seconds": LEASE_SECONDS},
+        tools={"approval": {"current_time": "ask"}, "approval_ttl_seconds": 60},
     )
     return ParleyServer(directory, config, process=True)
 
@@ -118,6 +120,32 @@ def test_cancel_sent_to_b_stops_the_reply_on_a(
     }
 
 
+def test_an_approval_decided_on_b_resumes_the_turn_paused_on_a(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    upstream.queue_tool_calls([("call_t", "current_time", "{}")])
+    paused = client(a).chat.completions.create(
+        model="fast",
+        messages=[{"role": "user", "content": "what time is it?"}],
+        tools=["current_time"],  # type: ignore[list-item]
+    )
+    extra = (paused.model_extra or {})["parley"]
+    assert [p["id"] for p in extra["pending_approvals"]] == ["call_t"]
+    conversation_id = extra["conversation_id"]
+    upstream.queue_text("It is time.")
+    decided = httpx.post(
+        f"{b.url}/v1/conversations/{conversation_id}/approvals",
+        json={"decisions": [{"tool_call_id": "call_t", "decision": "approve"}]},
+        timeout=30,
+    )
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["choices"][0]["message"]["content"] == "It is time."
+    [tool_result] = [m for m in upstream.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_result["tool_call_id"] == "call_t"  # the call ran, on B
+    assert branch(a, conversation_id)[-1]["status"] == "complete"
+
+
 def test_the_reply_of_a_killed_instance_is_found_interrupted(
     two: list[ParleyServer], upstream: MockOpenAI
 ) -> None:
@@ -143,3 +171,29 @@ def test_the_reply_of_a_killed_instance_is_found_interrupted(
         extra_body={"conversation_id": conversation_id},
     )
     assert again.choices[0].message.content == "regenerated on B"
+
+
+def test_ready_fails_while_redis_is_down_and_health_does_not(
+    tmp_path: Path, upstream: MockOpenAI
+) -> None:
+    with running_redis(tmp_path / "redis") as redis:
+        server = instance(tmp_path / "a", upstream, postgres.new_database(), redis)
+        with server:
+            ready = httpx.get(f"{server.url}/ready")
+            assert (ready.status_code, ready.json()["redis"]) == (200, "ok")
+            stop_redis(redis)
+            down = httpx.get(f"{server.url}/ready")
+            assert down.status_code == 503
+            assert down.json()["status"] == "not_ready"
+            assert down.json()["redis"].startswith("failed")
+            assert down.json()["database"] == "ok"
+            assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def stop_redis(url: str) -> None:
+    """Ask the Redis at ``url`` to shut down (its process ends)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    with contextlib.suppress(redis.exceptions.ConnectionError):  # it hangs up as it goes
+        client.shutdown(nosave=True)

@@ -56,7 +56,7 @@ from parley.app import create_app
 from parley.settings import Settings
 from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
-PUBLIC = frozenset({"/health", "/v1/session"})
+PUBLIC = frozenset({"/health", "/ready", "/v1/session"})
 """Operations that need no key (``/v1/session`` is how a browser gives one: a wrong key
 in its body is 401, a request without a cookie is simply not signed in)."""
 ADMIN_PATHS = ("/v1/admin/", "/v1/audit", "/v1/usage")

@@ -68,7 +68,7 @@ GUARDED = frozenset(
 KB_CHAT = ("/knowledge_base/", "/chat/completions")
 """Chatchat's knowledge chat, ``/knowledge_base/{mode}/{param}/chat/completions``: the
 prefix and suffix of its paths, guarded too."""
-UNLIMITED = frozenset({"/health"})
+UNLIMITED = frozenset({"/health", "/ready"})
 FAIR_SHARE_FLOOR = 4
 """A key with fewer guarded requests in flight than this is never the heavy one."""
 RESERVE_FRACTION = 20

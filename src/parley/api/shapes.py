@@ -45,6 +45,15 @@ class Health(Shape):
     version: str
 
 
+class Readiness(Shape):
+    """``/ready``: whether this instance should be sent requests, and each check."""
+
+    status: Literal["ready", "not_ready"]
+    database: str
+    redis: str
+    accepting: bool
+
+
 # --- conversations -----------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parley.api.auth import Authenticator
+from parley.cluster import Cluster
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.service import ConversationService
 from parley.interceptors.chain import InterceptorChain
@@ -50,5 +51,6 @@ class AppState:
     mcp: McpService
     idempotency: IdempotencyStore
     sessions: SessionStore
+    cluster: Cluster
     knowledge: KnowledgeService | None = None
     """None when ``knowledge.enabled`` is false."""
