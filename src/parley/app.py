@@ -65,7 +65,7 @@ from parley.api.shapes import Health, Readiness
 from parley.api.state import AppState
 from parley.api.uploads import uploads_bound
 from parley.api.webui import WebUI
-from parley.cluster import Cluster, cluster_for
+from parley.cluster import Cluster, RedisCluster, cluster_for
 from parley.conversations.judge import ModelJudge
 from parley.conversations.outgoing import OutgoingBuilder
 from parley.conversations.reach import Reaches
@@ -97,6 +97,7 @@ from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore
 from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
+from parley.streams import EventLog, MemoryEventLog, RedisEventLog
 from parley.tools.builtins import build_registry as build_tools
 from parley.tools.protocol import Tool
 from parley.tools.registry import ToolRegistry
@@ -222,6 +223,7 @@ async def _start(
     state = _state(parts, chain, audit, pricing)
     stack.push_async_callback(state.service.shutdown, settings.agent.shutdown_grace_seconds)
     await _cluster(stack, cluster, state)
+    stack.push_async_callback(state.events.close)  # before Redis closes: writers finish
     return state
 
 
@@ -349,7 +351,15 @@ def _state(
         idempotency=IdempotencyStore(database),
         sessions=sessions,
         cluster=parts.cluster,
+        events=_event_log(parts.cluster),
     )
+
+
+def _event_log(cluster: Cluster) -> EventLog:
+    """Streamed replies' events: in Redis when instances share it, else in memory."""
+    if isinstance(cluster, RedisCluster):
+        return RedisEventLog(cluster.redis, cluster.prefix)
+    return MemoryEventLog()
 
 
 def _middleware(app: FastAPI, settings: Settings, ledger: Ledger) -> None:

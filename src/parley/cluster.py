@@ -165,8 +165,10 @@ class RedisCluster:
         assert settings.url is not None
         self.instance = instance_name()
         self.lease_seconds = settings.lease_seconds
-        self._prefix = settings.key_prefix
-        self._redis: Redis = client or Redis.from_url(settings.url)
+        self.prefix = settings.key_prefix
+        self.redis: Redis = client or Redis.from_url(settings.url)
+        self._prefix = self.prefix
+        self._redis = self.redis
         self._channel = f"{self._prefix}:signals"
         self._renew = self._redis.register_script(_RENEW)
         self._release = self._redis.register_script(_RELEASE)

@@ -20,9 +20,10 @@ from tests.conftest import server_config
 from tests.support import postgres
 from tests.support.redis import running_redis
 from tests.support.server import ParleyServer
+from tests.support.sse import WORDS, body, first_events, resume, text_of
 from tests.support.waiting import wait_until
 
-from parley.testing.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 LEASE_SECONDS = 1.0
 
@@ -197,3 +198,39 @@ def stop_redis(url: str) -> None:
     client = redis.Redis.from_url(url)
     with contextlib.suppress(redis.exceptions.ConnectionError):  # it hangs up as it goes
         client.shutdown(nosave=True)
+
+
+def test_a_client_that_left_a_resumes_on_b_and_gets_the_rest(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    upstream.queue(Reply(frames=text_frames(WORDS), delay=0.05))
+    conversation_id = str(httpx.post(f"{a.url}/v1/conversations", json={}).json()["id"])
+    before = first_events(a, body(conversation_id), 4)
+    assert before[-1].id is not None
+    rest = resume(b, before[-1].id)  # live, through Redis, while A still runs it
+    assert rest[-1].done
+    assert text_of(before) + text_of(rest) == "".join(WORDS)
+    last = branch(b, conversation_id)[-1]
+    assert (last["content"], last["status"]) == ("".join(WORDS), "complete")
+
+
+def test_after_sigkill_a_resuming_client_gets_what_a_said_then_interrupted(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    upstream.queue(Reply(frames=text_frames(WORDS), delay=0.1))
+    conversation_id = str(httpx.post(f"{a.url}/v1/conversations", json={}).json()["id"])
+    before = first_events(a, body(conversation_id), 3)
+    wait_until(lambda: len(branch(b, conversation_id)[-1]["content"]) > 12, what="A went on")
+    os.kill(a.process.pid, signal.SIGKILL)
+    assert before[-1].id is not None
+    rest = resume(b, before[-1].id)
+    assert rest[-1].done
+    assert rest[-2].json()["error"]["code"] == "interrupted"
+    heard = text_of(before) + text_of(rest[:-2])
+    assert len(heard) > len(text_of(before))  # what A said while the client was away
+    assert "".join(WORDS).startswith(heard)
+    last = branch(b, conversation_id)[-1]
+    assert last["status"] == "interrupted"
+    assert heard.startswith(last["content"])  # stored: A's last checkpoint

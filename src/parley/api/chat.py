@@ -25,6 +25,7 @@ from parley.api.errors import validation_error
 from parley.api.json_depth import check_depth
 from parley.api.openapi import answers, event_stream, json_body
 from parley.api.replies import collect, stream_response
+from parley.api.resume import resumed
 from parley.api.state import AppState
 from parley.api.statuses import CHATCHAT_AGENT, CHATCHAT_PLAIN, OPENAI, Dialect
 from parley.api.wire import check_counts, to_turn
@@ -92,6 +93,9 @@ async def chatchat_completions(request: Request) -> Response:
 async def _chat(request: Request, *, compat: bool) -> Response:
     state: AppState = request.app.state.parley
     caller = await state.auth.caller(request)
+    last_event_id = request.headers.get("last-event-id")
+    if last_event_id is not None:  # a streamed reply, resumed: not a new turn
+        return await resumed(state, caller.owner, last_event_id)
     data = await read_json_object(request, state)
     if not compat:
         return await answer(state, request, caller, data)

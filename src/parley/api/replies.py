@@ -57,6 +57,7 @@ from parley.events import (
 )
 from parley.messages import ReasoningPart, ToolCallPart, Usage, reply_text
 from parley.providers.openai_chat import tool_call
+from parley.streams import EventLog, split_events, with_id
 from parley.transforms.output import DisplayRewriter, apply_rules
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ def stream_response(
     writers: list[ChunkWriter] = []
 
     def run(write: Write) -> None:
+        write = journaled(write, state.events, generation.message_id)
         writer = ChunkWriter(
             encoder,
             write,
@@ -177,9 +179,30 @@ def stream_response(
         run,
         first_failure,
         headers=[(k.encode(), v.encode()) for k, v in _headers(generation).items()],
-        on_disconnect=generation.detach,  # cancels as server.on_disconnect says
+        on_disconnect=generation.client_left,  # cancels as server.on_disconnect says
         keepalive_seconds=state.settings.server.keepalive_seconds,
     )
+
+
+def journaled(write: Write, events: EventLog, message_id: str) -> Write:
+    """``write`` with an ``id:`` on every event, each kept in ``events`` as it goes out
+    (also once the client has gone: it may come back for the rest)."""
+    sent = 0
+
+    async def journal(frame: bytes | None) -> None:
+        nonlocal sent
+        if frame is None:
+            events.end(message_id)
+            await write(None)
+            return
+        out = []
+        for event in split_events(frame):
+            sent += 1
+            events.append(message_id, sent, event)
+            out.append(with_id(message_id, sent, event))
+        await write(out[0] if len(out) == 1 else b"".join(out))
+
+    return journal
 
 
 async def collect(

@@ -22,6 +22,7 @@ from parley.store.meta import ConversationMeta
 from parley.store.repository import ConversationStore
 from parley.store.sessions import SessionStore
 from parley.store.summaries import SummaryStore
+from parley.streams import EventLog
 from parley.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -52,5 +53,7 @@ class AppState:
     idempotency: IdempotencyStore
     sessions: SessionStore
     cluster: Cluster
+    events: EventLog
+    """Streamed replies' events, for clients that resume (``parley.streams``)."""
     knowledge: KnowledgeService | None = None
     """None when ``knowledge.enabled`` is false."""

@@ -129,6 +129,8 @@ class ChunkTranslator:
         return b"".join(self._finish()) if self._begun else b""
 
     def _frame(self, frame: bytes) -> list[bytes]:
+        if frame.startswith(b"id:"):  # the chat path's event id: its own events have none
+            frame = frame.partition(b"\n")[2]
         if frame.startswith(b":"):
             return self._keepalive(frame)
         if not frame.startswith(b"data:"):

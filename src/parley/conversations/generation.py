@@ -237,6 +237,14 @@ class Generation:
         assert self._task is not None
         self._task.add_done_callback(lambda _: callback(self))
 
+    def client_left(self) -> None:
+        """The streaming client went away: cancel as ``start`` was told
+        (``cancel_when_gone``); otherwise the sink is fed on, to keep every event for a
+        client that resumes with ``Last-Event-ID`` (writes to the closed stream do
+        nothing)."""
+        if self._cancel_when_gone:
+            self.detach(cancel=True)
+
     def detach(self, *, cancel: bool = False) -> None:
         """The client went away: stop feeding the sink, and cancel the reply when
         ``start`` was told to (``cancel_when_gone``) or ``cancel`` says so. Cancelling

@@ -303,6 +303,18 @@ class ConversationStore(BranchOps, SearchOps):
 
         return await self._db.read(query)
 
+    async def message(self, owner: str, message_id: str) -> StoredMessage:
+        """One of the owner's messages. LookupError: none of theirs has that id."""
+        statement = select(messages).where(messages.c.id == message_id, messages.c.owner == owner)
+
+        def query(conn: Connection) -> StoredMessage:
+            row = conn.execute(statement).first()
+            if row is None:
+                raise LookupError(message_id)
+            return _message(row._mapping)
+
+        return await self._db.read(query)
+
     async def branch(self, owner: str, conversation_id: str) -> list[StoredMessage]:
         """The messages of the conversation's current branch, oldest first."""
 
