@@ -161,3 +161,32 @@ def test_approvals_example(tmp_path: Path, upstream: MockOpenAI) -> None:
     assert "ran: workspace_write -> " in result.stdout
     assert "reply: Saved the haiku." in result.stdout
     assert len(upstream.requests) == 2
+
+
+def test_resume_py(parley: ParleyServer, upstream: MockOpenAI) -> None:
+    upstream.queue_text("one", " two", " three", " four", " five")
+    result = run_example(parley, "resume.py")
+    assert "connection dropped after event msg_" in result.stdout
+    assert "reply: one two three four five" in result.stdout
+
+
+def test_the_deploy_folder_is_consistent() -> None:
+    """deploy/ cannot be brought up here (no Docker): its settings are valid, and the
+    Compose file, nginx and the settings name the same three instances and services."""
+    import re
+
+    import yaml
+
+    from parley.settings import Settings
+
+    deploy = EXAMPLES.parent / "deploy"
+    settings = Settings.model_validate(yaml.safe_load((deploy / "parley.yaml").read_text()))
+    assert settings.database_url.startswith("postgresql+asyncpg://parley:parley@postgres/")
+    assert settings.redis.url == "redis://redis:6379/0"
+    compose = yaml.safe_load((deploy / "compose.yaml").read_text())
+    instances = sorted(name for name in compose["services"] if name.startswith("parley"))
+    assert instances == ["parley1", "parley2", "parley3"]
+    upstreams = re.findall(r"server (parley\d):8000", (deploy / "nginx.conf").read_text())
+    assert sorted(upstreams) == instances
+    assert {"postgres", "redis", "nginx"} <= set(compose["services"])
+    assert "/ready" in str(compose["services"]["parley1"]["healthcheck"]["test"])

@@ -64,3 +64,15 @@ async def test_a_statement_past_the_timeout_is_cancelled(tmp_path: Path) -> None
         assert await database.read(lambda conn: conn.execute(text("SELECT 2")).scalar_one()) == 2
     finally:
         await database.dispose()
+
+
+async def test_instances_starting_together_migrate_one_after_the_other(tmp_path: Path) -> None:
+    url = postgres.empty_database()
+    databases = [Database(Settings(data_dir=tmp_path, database={"url": url})) for _ in range(3)]
+    try:
+        await asyncio.gather(*(database.migrate() for database in databases))
+        current, head = await databases[0].migration_state()
+        assert current == head
+    finally:
+        for database in databases:
+            await database.dispose()

@@ -257,7 +257,7 @@ class Database:
         if self._sync is None:
             assert self._async is not None
             async with self._async.begin() as connection:
-                await connection.run_sync(_upgrade)
+                await connection.run_sync(_upgrade_alone)
             return
         with self._sync.connect() as connection:
             connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
@@ -344,6 +344,14 @@ def _config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config
+
+
+def _upgrade_alone(connection: Connection) -> None:
+    """PostgreSQL: ``_upgrade`` under a lock held to the end of the transaction, so that
+    instances starting together migrate one after the other (the next finds nothing to
+    do)."""
+    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('parley.migrate'))")
+    _upgrade(connection)
 
 
 def _upgrade(connection: Connection) -> None:
