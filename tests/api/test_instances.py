@@ -20,7 +20,7 @@ from tests.conftest import server_config
 from tests.support import postgres
 from tests.support.redis import running_redis
 from tests.support.server import ParleyServer
-from tests.support.sse import WORDS, body, first_events, resume, text_of
+from tests.support.sse import WORDS, body, events, first_events, resume, text_of
 from tests.support.waiting import wait_until
 
 from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
@@ -234,3 +234,28 @@ def test_after_sigkill_a_resuming_client_gets_what_a_said_then_interrupted(
     last = branch(b, conversation_id)[-1]
     assert last["status"] == "interrupted"
     assert heard.startswith(last["content"])  # stored: A's last checkpoint
+
+
+def test_the_same_idempotency_key_on_b_joins_the_stream_running_on_a(
+    two: list[ParleyServer], upstream: MockOpenAI
+) -> None:
+    a, b = two
+    upstream.queue(Reply(frames=text_frames(WORDS), delay=0.05))
+    conversation_id = str(httpx.post(f"{a.url}/v1/conversations", json={}).json()["id"])
+    data, key = body(conversation_id), {"idempotency-key": f"join-{conversation_id}"}
+    calls = len(upstream.requests)
+    with httpx.stream("POST", f"{a.url}/v1/chat/completions", json=data, headers=key) as first:
+        on_a = []
+        for event in events(first):
+            on_a.append(event)
+            if len(on_a) == 3:
+                break
+        with httpx.stream(
+            "POST", f"{b.url}/v1/chat/completions", json=data, headers=key, timeout=30
+        ) as retry:
+            assert retry.status_code == 200
+            on_b = list(events(retry))
+    assert on_b[-1].done
+    assert on_b[: len(on_a)] == on_a  # the same stream, from its first event
+    assert text_of(on_b) == "".join(WORDS)
+    assert len(upstream.requests) == calls + 1  # one reply, not two

@@ -46,6 +46,8 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.api.errors import error_response
+from parley.api.replies import MESSAGE_HEADER
+from parley.api.resume import resumed
 from parley.errors import (
     AuthenticationFailed,
     Conflict,
@@ -60,6 +62,8 @@ from parley.store.idempotency import IdempotencyStore, Record, StoredResponse
 log = logging.getLogger(__name__)
 
 HEADER = "idempotency-key"
+MESSAGE_HEADER_BYTES = MESSAGE_HEADER.encode()
+
 METHODS = frozenset({"POST", "PATCH"})
 NOT_COVERED = frozenset({"/mcp", "/mcp/", "/v1/session", "/v1/keys"})
 """``/mcp``: JSON-RPC has ids of its own. A session's or a new key's answer holds a secret
@@ -92,6 +96,7 @@ class Idempotency:
         """Keys whose row is being written or released (but for a whole response kept,
         which a retry joins): a retry waits, then looks again."""
         self._next_purge = 0.0
+        self._noting: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = _presented(scope)
@@ -113,7 +118,7 @@ class Idempotency:
             return
         try:
             ident = (caller.key_id, key)
-            request = _Request(scope, body.receive(receive), receive, send)
+            request = _Request(scope, body.receive(receive), receive, send, caller.owner)
             await self._answer(state.idempotency, ident, body.fingerprint, request)
         finally:
             body.close()
@@ -160,6 +165,8 @@ class Idempotency:
 
         async def recorded(message: Message) -> None:
             recording.add(message, self.max_response)
+            if message["type"] == "http.response.start":
+                self._note_stream(store, ident, request.scope, message)
             await forward(message)
 
         receive = request.app_receive if self.cancel_on_disconnect else _deaf(request.app_receive)
@@ -200,6 +207,20 @@ class Idempotency:
             del self._settling[ident]
             settled.set()
 
+    def _note_stream(
+        self, store: IdempotencyStore, ident: tuple[str, str], scope: Scope, start: Message
+    ) -> None:
+        """With other instances: the reply this request streams goes into its key's row,
+        for a retry sent elsewhere to join (``_answer_held``)."""
+        if not scope["app"].state.parley.cluster.shared:
+            return
+        for name, value in start.get("headers", ()):
+            if name == MESSAGE_HEADER_BYTES:
+                task = asyncio.create_task(store.streaming(*ident, value.decode("latin-1")))
+                self._noting.add(task)
+                task.add_done_callback(self._noting.discard)
+                return
+
     def _forget(self, ident: tuple[str, str], recording: Recording) -> None:
         recording.close()
         if self._running.get(ident) is recording:
@@ -219,6 +240,7 @@ class _Request:
     """The body read already, then the client's messages."""
     client_receive: Receive
     send: Send
+    owner: str
 
     async def refuse(self, error: ParleyError, *, retry: bool = False) -> None:
         response = error_response(error)
@@ -408,6 +430,11 @@ async def _answer_held(held: Record, fingerprint: str, request: _Request) -> Non
         await request.refuse(_reused())
     elif held.response is not None:
         await _replay(held.response, request.send)
+    elif held.state == "running" and held.message_id is not None:
+        # streaming on another instance: joined through the reply's event log
+        state = request.scope["app"].state.parley
+        joined = await resumed(state, request.owner, f"{held.message_id}.0")
+        await joined(request.scope, request.app_receive, request.send)
     elif held.state == "running":
         in_use = Conflict(
             "a request with this Idempotency-Key is still running; try again shortly",

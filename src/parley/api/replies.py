@@ -80,6 +80,10 @@ def failure_response(error: ParleyError, generation: Generation) -> Response:
     return error_response(error, retry=error.retryable and not generation.result().steps_done)
 
 
+MESSAGE_HEADER = "x-parley-message-id"
+"""On a streamed reply: the message it is (its events' ids begin with it)."""
+
+
 def _headers(generation: Generation) -> dict[str, str]:
     """The request fields the model's provider ignored (advisory ones it has no use for)."""
     if not generation.ignored_params:
@@ -178,7 +182,10 @@ def stream_response(
     return EventStream(
         run,
         first_failure,
-        headers=[(k.encode(), v.encode()) for k, v in _headers(generation).items()],
+        headers=[
+            (k.encode(), v.encode())
+            for k, v in {**_headers(generation), MESSAGE_HEADER: generation.message_id}.items()
+        ],
         on_disconnect=generation.client_left,  # cancels as server.on_disconnect says
         keepalive_seconds=state.settings.server.keepalive_seconds,
     )

@@ -41,6 +41,8 @@ class Record:
     fingerprint: str
     state: State
     response: StoredResponse | None = None
+    message_id: str | None = None
+    """While it runs: the reply it streams, if it streams one."""
 
 
 class IdempotencyStore:
@@ -101,6 +103,15 @@ class IdempotencyStore:
         )
         await self._db.write(lambda conn: conn.execute(statement))
 
+    async def streaming(self, scope: str, key: str, message_id: str) -> None:
+        """The request holding the key streams the reply ``message_id``."""
+        statement = (
+            update(table)
+            .where(table.c.scope == scope, table.c.key == key, table.c.state == "running")
+            .values(message_id=message_id)
+        )
+        await self._db.write(lambda conn: conn.execute(statement))
+
     async def release(self, scope: str, key: str) -> None:
         """Forget the key: a request sent with it again runs again."""
         statement = delete(table).where(
@@ -132,4 +143,4 @@ def _record(row: Any) -> Record:
     if row["state"] == "done":
         headers = tuple((str(name), str(value)) for name, value in row["headers"] or ())
         response = StoredResponse(int(row["status"]), headers, bytes(row["body"] or b""))
-    return Record(row["fingerprint"], row["state"], response)
+    return Record(row["fingerprint"], row["state"], response, row["message_id"])

@@ -344,6 +344,8 @@ idempotency_keys = Table(
     Column("body", LargeBinary, nullable=True),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
+    # the reply a running streamed request produces: a retry elsewhere joins it (0015)
+    Column("message_id", String(40), nullable=True),
     Index("ix_idempotency_expires", "expires_at"),
 )
 
