@@ -190,7 +190,7 @@ async def _start(
     audit = await _audit(settings, stack, database)
     # shut down even when one of them fails to start (the others may have opened things)
     stack.push_async_callback(chain.shutdown)
-    await chain.startup(Services(settings, pricing, database, audit))
+    await chain.startup(Services(settings, pricing, database, audit, cluster))
     readers = ReaderPool(settings.documents)  # documents are read in its processes
     stack.push_async_callback(readers.aclose)
     completer = Completer(ModelCall(settings.agent, pricing, chain))  # the server's own calls

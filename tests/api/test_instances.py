@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +260,40 @@ def test_the_same_idempotency_key_on_b_joins_the_stream_running_on_a(
     assert on_b[: len(on_a)] == on_a  # the same stream, from its first event
     assert text_of(on_b) == "".join(WORDS)
     assert len(upstream.requests) == calls + 1  # one reply, not two
+
+
+def test_a_usage_limit_holds_across_instances_under_concurrent_calls(
+    tmp_path: Path, upstream: MockOpenAI, redis_url: str
+) -> None:
+    """60 tokens a day; every call is held at 14 or more while it runs (its estimate:
+    4 for the message, 10 for the reply) and uses 3. Ten calls at once, five on each
+    instance: at most four fit, whichever instance they reach (each instance alone
+    would let four through: eight in all)."""
+    database = postgres.new_database()
+    limits = {"enabled": True, "default": {"tokens_per_day": 60}, "reserve_output_tokens": 10}
+    servers = []
+    for name in "ab":
+        config = server_config(
+            upstream,
+            database={"url": database},
+            redis={"url": redis_url, "lease_seconds": LEASE_SECONDS},
+            interceptors={"usage_limits": limits},
+        )
+        servers.append(ParleyServer(tmp_path / name, config, process=True))
+    for _ in range(10):
+        upstream.queue_text("o", "k", " !", prompt_tokens=0, delay=0.3)
+
+    def ask(server: ParleyServer) -> str:
+        try:
+            client(server).chat.completions.create(
+                model="fast", messages=[{"role": "user", "content": "hi"}], max_tokens=10
+            )
+        except openai.RateLimitError as error:
+            return str(error.code)
+        return "answered"
+
+    with servers[0], servers[1], ThreadPoolExecutor(10) as pool:
+        outcomes = list(pool.map(ask, [servers[n % 2] for n in range(10)]))
+    answered = outcomes.count("answered")
+    assert 1 <= answered <= 4, outcomes
+    assert outcomes.count("usage_limit_exceeded") == 10 - answered

@@ -43,6 +43,7 @@ from parley.providers.protocol import ModelRequest
 from parley.tools.protocol import ToolOutput
 
 if TYPE_CHECKING:
+    from parley.cluster import Cluster
     from parley.providers.pricing import PriceCatalog
     from parley.settings import Settings
     from parley.store.audit import AuditLog
@@ -170,6 +171,8 @@ class Services:
     pricing: PriceCatalog
     database: Database | None = None
     audit: AuditLog | None = None
+    cluster: Cluster | None = None
+    """The instances' shared part (``parley.cluster``); None: one instance."""
 
 
 class CallCancelled(ParleyError):

@@ -15,9 +15,9 @@ settled. A call counts in
 the day and month it started in.
 
 The check and the reservation happen under a per-key lock that settling takes too, so
-concurrent calls cannot all slip under a limit. Reservations are per process: several
-server processes sharing one database see each other's settled usage, not each
-other's calls in flight.
+concurrent calls cannot all slip under a limit. With several instances (``redis.url``)
+the reservations and the lock are in Redis (``parley.holds``): every instance sees the
+others' calls in flight, and the limit holds across them.
 
 A model with no price costs 0 here (a warning says once per model that cost limits
 cannot see it). A key whose limit sets nothing is unlimited and never touches the
@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from parley.errors import ConfigurationError, ParleyError
+from parley.holds import Held, Holds, LocalHolds, holds_for
 from parley.interceptors.protocol import (
     CallCancelled,
     CallInfo,
@@ -132,19 +134,11 @@ class _Reservation:
     cost: float
     """The estimate's price (0 for an unpriced model)."""
     released: bool = False
+    hold_id: str = field(default_factory=lambda: secrets.token_hex(8))
 
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
-
-
-@dataclass(slots=True)
-class _Held:
-    """What a key's calls in flight have reserved."""
-
-    tokens: int = 0
-    cost: float = 0.0
-    calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +168,8 @@ class UsageLimiter(Interceptor):
         self._clock = clock
         self._store: UsageStore | None = None
         self._pricing = PriceCatalog()
-        self._held: dict[str, _Held] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._holds: Holds = LocalHolds()
+        self._in_flight = 0
         self._unpriced: set[str] = set()
 
     async def startup(self, services: Services) -> None:
@@ -183,12 +177,13 @@ class UsageLimiter(Interceptor):
             raise ConfigurationError("interceptors.usage_limits needs the database")
         self._store = UsageStore(services.database)
         self._pricing = services.pricing
+        self._holds = holds_for(services.cluster)
 
     def describe(self) -> dict[str, Any]:
         return {
             "default": self._settings.default.model_dump(),
             "keys": len(self._settings.keys),
-            "calls_in_flight": sum(held.calls for held in self._held.values()),
+            "calls_in_flight": self._in_flight,  # this instance's
         }
 
     # --- hooks ------------------------------------------------------------------------
@@ -211,14 +206,14 @@ class UsageLimiter(Interceptor):
         reservation = _Reservation(
             caller.key_id, day, month, model, input_tokens, output_tokens, input_cost, cost
         )
-        async with self._lock(caller.key_id):
+        async with self._holds.locked(caller.key_id):
             totals = await store.totals(caller.key_id, day, month)
-            held = self._held.get(caller.key_id) or _Held()
+            held = await self._holds.held(caller.key_id)
             for check in _checks(limit, reservation, totals, held):
                 if check.exceeded:
                     raise _exceeded(check, caller.key_name or caller.key_id, now)
             call.data[self] = reservation
-            self._hold(reservation)
+            await self._hold(reservation)
 
     async def after_response(self, response: ModelResponse, call: CallInfo) -> None:
         reservation: _Reservation | None = call.data.pop(self, None)
@@ -247,7 +242,7 @@ class UsageLimiter(Interceptor):
             # Abandoned mid-way: the upstream has read (and billed) the prompt.
             await self._settle(reservation, reservation.input_tokens, reservation.input_cost)
         else:
-            self._release(reservation)
+            await self._release(reservation)
 
     # --- reservations -----------------------------------------------------------------
 
@@ -255,12 +250,6 @@ class UsageLimiter(Interceptor):
         if self._store is None:
             raise RuntimeError("the usage_limits interceptor was used before startup")
         return self._store
-
-    def _lock(self, key_id: str) -> asyncio.Lock:
-        lock = self._locks.get(key_id)
-        if lock is None:
-            lock = self._locks[key_id] = asyncio.Lock()
-        return lock
 
     def _estimate_cost(
         self, model: str, input_tokens: int, output_tokens: int, limit: UsageLimit
@@ -284,23 +273,18 @@ class UsageLimiter(Interceptor):
             usage_cost(price, Usage(input_tokens=input_tokens, output_tokens=output_tokens)),
         )
 
-    def _hold(self, reservation: _Reservation) -> None:
-        held = self._held.setdefault(reservation.key_id, _Held())
-        held.tokens += reservation.tokens
-        held.cost += reservation.cost
-        held.calls += 1
+    async def _hold(self, reservation: _Reservation) -> None:
+        await self._holds.hold(
+            reservation.key_id, reservation.hold_id, reservation.tokens, reservation.cost
+        )
+        self._in_flight += 1
 
-    def _release(self, reservation: _Reservation) -> None:
+    async def _release(self, reservation: _Reservation) -> None:
         if reservation.released:
             return
         reservation.released = True
-        held = self._held[reservation.key_id]
-        held.calls -= 1
-        if held.calls <= 0:
-            del self._held[reservation.key_id]  # no float drift left behind
-            return
-        held.tokens -= reservation.tokens
-        held.cost -= reservation.cost
+        self._in_flight -= 1
+        await self._holds.release(reservation.key_id, reservation.hold_id)
 
     async def _settle(self, reservation: _Reservation, tokens: int, cost: float) -> None:
         """Count the call's usage, then release its reservation (both under the key's
@@ -308,11 +292,11 @@ class UsageLimiter(Interceptor):
         logged: the reply has been given, and the call is not failed afterwards."""
         store = self._started()
         try:
-            async with self._lock(reservation.key_id):
+            async with self._holds.locked(reservation.key_id):
                 await store.add(
                     reservation.key_id, reservation.day, reservation.month, tokens, cost
                 )
-                self._release(reservation)
+                await self._release(reservation)
         except Exception:
             log.exception(
                 "usage limits: the usage of a call by key %s was not recorded (%d tokens, $%.6f)",
@@ -321,14 +305,14 @@ class UsageLimiter(Interceptor):
                 cost,
             )
         finally:
-            self._release(reservation)
+            await asyncio.shield(self._release(reservation))
 
 
 def _checks(
     limit: UsageLimit,
     reservation: _Reservation,
     totals: tuple[int, float, int, float],
-    held: _Held,
+    held: Held,
 ) -> list[_Check]:
     """The limits that are set, months first (when both are reached, the month's reset
     is the one worth waiting for)."""
