@@ -31,7 +31,6 @@ def _migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     ``database``, ``ParleyServer`` and ``tests.support.databases.migrated_database`` copy
     in place of migrating a fresh one each."""
     use_template_directory(tmp_path_factory.mktemp("migrated-template"))
-    postgres.use_directory(tmp_path_factory.mktemp("postgres"))
     yield
     use_template_directory(None)
 

@@ -22,6 +22,7 @@ from parley.testing.mock_openai import MockOpenAI
 PUBLIC = {
     "/",
     "/health",
+    "/ready",
     "/docs",
     "/redoc",
     "/openapi.json",

@@ -101,3 +101,21 @@ def test_after_a_restart_the_stored_reply_is_sent_whole(
     assert chunk["parley"]["resumed"] == "storage"
     assert chunk["choices"][0]["delta"]["content"] == "kept in the database"
     assert again[1].json()["choices"][0]["finish_reason"] == "stop"
+
+
+def test_the_official_client_reads_a_stream_with_ids_and_keep_alives(
+    upstream: MockOpenAI, tmp_path: Path
+) -> None:
+    """Its decoder keeps the last event id, so a blank line after a ``: ping`` became an
+    event with empty data that it failed to parse: a keep-alive ends no event now."""
+    import openai
+
+    config = server_config(upstream, server={"keepalive_seconds": 0.05})
+    with ParleyServer(tmp_path, config) as quiet:
+        upstream.queue(Reply(frames=text_frames(["slow", " and", " steady"]), delay=0.3))
+        client = openai.OpenAI(base_url=f"{quiet.url}/v1", api_key="sk-x", max_retries=0)
+        stream = client.chat.completions.create(
+            model="fast", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "slow and steady"

@@ -2,10 +2,10 @@
 
 ``pgserver`` (PyPI, in the dev extra) bundles PostgreSQL 16 and pgvector as a wheel, so
 no system package is needed. One server per test process (under pytest-xdist, one per
-worker) in a directory of its own, listening on a Unix socket only; it is stopped when
-the process exits. One database is migrated once (``parley_template``); every test gets
-a copy of it (``CREATE DATABASE ... TEMPLATE``), as the SQLite tests get a copy of the
-migrated file (``tests/support/databases.py``).
+worker) in a directory of its own, listening on a Unix socket only; it is stopped and
+its directory removed when the process exits. One database is migrated once
+(``parley_template``); every test gets a copy of it (``CREATE DATABASE ... TEMPLATE``),
+as the SQLite tests get a copy of the migrated file (``tests/support/databases.py``).
 
 Without pgserver (a checkout set up without the dev extra) the PostgreSQL cases skip
 and say why.
@@ -14,9 +14,12 @@ and say why.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import os
 import re
+import shutil
+import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -32,16 +35,8 @@ TEMPLATE = "parley_template"
 
 _lock = threading.RLock()
 _server: Any = None
-_directory: Path | None = None
 _template_ready = False
 _numbers = itertools.count(1)
-
-
-def use_directory(directory: Path | None) -> None:
-    """Where this process's server keeps its data, when first needed."""
-    global _directory
-    with _lock:
-        _directory = directory
 
 
 def server() -> Any:
@@ -57,10 +52,20 @@ def server() -> Any:
                     import pgserver
             except ImportError:
                 pytest.skip("PostgreSQL cases need pgserver: scripts/setup.sh dev installs it")
-            assert _directory is not None, "tests/conftest.py names the directory"
-            _server = pgserver.get_server(_directory / "pgdata", cleanup_mode="stop")
+            _server = pgserver.get_server(_own_directory() / "pgdata", cleanup_mode="stop")
             _server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
         return _server
+
+
+def _own_directory() -> Path:
+    """A directory of the server's own, outside pytest's: as root, pgserver runs
+    PostgreSQL as another user, which must reach it (pytest's temporary directories
+    are root's alone: ``pg_ctl restart`` and the stop at exit were refused). Removed at
+    exit, after pgserver's own stop (registered later, so run first)."""
+    directory = Path(tempfile.mkdtemp(prefix="parley-pg-"))
+    directory.chmod(0o755)
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
 
 
 def url(database: str) -> str:

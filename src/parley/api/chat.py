@@ -224,6 +224,7 @@ async def respond(
             legacy=legacy,
             dialect=dialect,
             header=header,
+            resumable=dialect is OPENAI,
         )
     return await collect(state, generation, request, legacy=legacy, dialect=dialect, header=header)
 

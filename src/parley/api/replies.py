@@ -36,6 +36,8 @@ from parley.api.chunk_writer import (
 from parley.api.coalesce import Coalescer
 from parley.api.errors import error_response
 from parley.api.sse import (
+    KEEPALIVE,
+    KEEPALIVE_LINE,
     ChunkEncoder,
     EventStream,
     usage_to_openai,
@@ -137,9 +139,13 @@ def stream_response(
     legacy: bool = False,
     dialect: Dialect = OPENAI,
     header: Sequence[dict[str, Any]] = (),
+    resumable: bool = True,
 ) -> Response:
-    """``legacy``: the request gave ``functions``, so its call is streamed as
-    ``delta.function_call`` and it finishes with ``function_call``. ``dialect``: how
+    """``resumable``: every event carries an id and is kept for a client that comes back
+    with ``Last-Event-ID`` (``api/resume.py``); Chatchat's routes are not (its client
+    reads each network chunk as one ``data:`` line). ``legacy``: the request gave
+    ``functions``, so its call is streamed as ``delta.function_call`` and it finishes
+    with ``function_call``. ``dialect``: how
     the chunks' Chatchat ``status`` is numbered. ``header``: chunks sent first, before
     the role chunk (an empty delta, these fields at the top level: Chatchat's knowledge
     chat sends its ``docs`` so). The events become frames in ``chunk_writer.py``."""
@@ -154,7 +160,8 @@ def stream_response(
     writers: list[ChunkWriter] = []
 
     def run(write: Write) -> None:
-        write = journaled(write, state.events, generation.message_id)
+        if resumable:
+            write = journaled(write, state.events, generation.message_id)
         writer = ChunkWriter(
             encoder,
             write,
@@ -188,6 +195,7 @@ def stream_response(
         ],
         on_disconnect=generation.client_left,  # cancels as server.on_disconnect says
         keepalive_seconds=state.settings.server.keepalive_seconds,
+        keepalive=KEEPALIVE_LINE if resumable else KEEPALIVE,
     )
 
 

@@ -21,6 +21,12 @@ from parley.events import Logprobs
 from parley.messages import Usage
 
 KEEPALIVE = b": ping\n\n"
+KEEPALIVE_LINE = b": ping\n"
+"""The keep-alive of a stream whose events carry ids: a comment line with no blank line
+after it. The official openai SDK's decoder keeps the last event id (as the SSE spec
+says) and so turns every blank line after one into an event with empty data, which it
+then fails to parse as JSON: a ``: ping`` followed by a blank line broke its streams.
+A comment line alone is skipped by every line-based reader and ends no event."""
 DONE = b"data: [DONE]\n\n"
 
 
@@ -183,6 +189,7 @@ class EventStream(Response):
         on_disconnect: Callable[[], None],
         keepalive_seconds: float,
         headers: Sequence[tuple[bytes, bytes]] = (),
+        keepalive: bytes = KEEPALIVE,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -191,6 +198,7 @@ class EventStream(Response):
         self._first_failure = first_failure
         self._on_disconnect = on_disconnect
         self._keepalive = keepalive_seconds
+        self._ping = keepalive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -231,7 +239,7 @@ class EventStream(Response):
             while True:
                 await asyncio.sleep(max(0.01, last_write + self._keepalive - loop.time()))
                 if started and loop.time() - last_write >= self._keepalive:
-                    await write(KEEPALIVE)
+                    await write(self._ping)
 
         watcher = asyncio.create_task(watch())
         pinger = asyncio.create_task(ping()) if self._keepalive > 0 else None

@@ -129,7 +129,11 @@ class ChunkTranslator:
         return b"".join(self._finish()) if self._begun else b""
 
     def _frame(self, frame: bytes) -> list[bytes]:
-        if frame.startswith(b"id:"):  # the chat path's event id: its own events have none
+        if frame.startswith((b"id:", b":")) and b"\ndata:" in frame:
+            # the chat path's event id (these events have none), or a keep-alive line
+            # ahead of the event: its data alone is read
+            frame = frame[frame.index(b"\ndata:") + 1 :]
+        elif frame.startswith(b"id:"):
             frame = frame.partition(b"\n")[2]
         if frame.startswith(b":"):
             return self._keepalive(frame)

@@ -152,6 +152,8 @@ async def _read_chunked(
         buffer += data[:-2]
         while b"\n\n" in buffer:
             frame, buffer = buffer.split(b"\n\n", 1)
+            if not frame.startswith(b"data: ") and b"\ndata: " in frame:
+                frame = frame[frame.index(b"\ndata: ") + 1 :]  # after an id or a ping line
             if not frame.startswith(b"data: "):
                 continue  # keep-alive comments
             payload = frame[6:]
