@@ -221,9 +221,10 @@ async def _start(
         cluster=cluster,
     )
     state = _state(parts, chain, audit, pricing)
-    stack.push_async_callback(state.service.shutdown, settings.agent.shutdown_grace_seconds)
+    # closed in reverse: the replies end first, then their events are written, then Redis
     await _cluster(stack, cluster, state)
-    stack.push_async_callback(state.events.close)  # before Redis closes: writers finish
+    stack.push_async_callback(state.events.close)
+    stack.push_async_callback(state.service.shutdown, settings.agent.shutdown_grace_seconds)
     return state
 
 

@@ -21,7 +21,15 @@ from tests.conftest import server_config
 from tests.support import postgres
 from tests.support.redis import running_redis
 from tests.support.server import ParleyServer
-from tests.support.sse import WORDS, body, events, first_events, resume, text_of
+from tests.support.sse import (
+    WORDS,
+    body,
+    events,
+    first_events,
+    new_conversation,
+    resume,
+    text_of,
+)
 from tests.support.waiting import wait_until
 
 from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
@@ -206,7 +214,7 @@ def test_a_client_that_left_a_resumes_on_b_and_gets_the_rest(
 ) -> None:
     a, b = two
     upstream.queue(Reply(frames=text_frames(WORDS), delay=0.05))
-    conversation_id = str(httpx.post(f"{a.url}/v1/conversations", json={}).json()["id"])
+    conversation_id = new_conversation(a)
     before = first_events(a, body(conversation_id), 4)
     assert before[-1].id is not None
     rest = resume(b, before[-1].id)  # live, through Redis, while A still runs it
@@ -221,7 +229,7 @@ def test_after_sigkill_a_resuming_client_gets_what_a_said_then_interrupted(
 ) -> None:
     a, b = two
     upstream.queue(Reply(frames=text_frames(WORDS), delay=0.1))
-    conversation_id = str(httpx.post(f"{a.url}/v1/conversations", json={}).json()["id"])
+    conversation_id = new_conversation(a)
     before = first_events(a, body(conversation_id), 3)
     wait_until(lambda: len(branch(b, conversation_id)[-1]["content"]) > 12, what="A went on")
     os.kill(a.process.pid, signal.SIGKILL)
@@ -242,7 +250,7 @@ def test_the_same_idempotency_key_on_b_joins_the_stream_running_on_a(
 ) -> None:
     a, b = two
     upstream.queue(Reply(frames=text_frames(WORDS), delay=0.05))
-    conversation_id = str(httpx.post(f"{a.url}/v1/conversations", json={}).json()["id"])
+    conversation_id = new_conversation(a)
     data, key = body(conversation_id), {"idempotency-key": f"join-{conversation_id}"}
     calls = len(upstream.requests)
     with httpx.stream("POST", f"{a.url}/v1/chat/completions", json=data, headers=key) as first:

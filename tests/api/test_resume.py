@@ -11,7 +11,15 @@ import httpx
 import pytest
 from tests.conftest import server_config
 from tests.support.server import ParleyServer
-from tests.support.sse import WORDS, body, events, first_events, resume, text_of
+from tests.support.sse import (
+    WORDS,
+    body,
+    events,
+    first_events,
+    new_conversation,
+    resume,
+    text_of,
+)
 from tests.support.waiting import wait_until
 
 from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
@@ -25,11 +33,6 @@ def server(
         yield parley
 
 
-def conversation(server: ParleyServer) -> str:
-    created = httpx.post(f"{server.url}/v1/conversations", json={}).json()
-    return str(created["id"])
-
-
 def stored_text(server: ParleyServer, conversation_id: str) -> tuple[str, str]:
     last = httpx.get(f"{server.url}/v1/conversations/{conversation_id}").json()["messages"][-1]
     return last["content"], last["status"]
@@ -39,7 +42,7 @@ def test_every_event_has_an_id_counting_from_one(
     server: ParleyServer, upstream: MockOpenAI
 ) -> None:
     upstream.queue_text("one", " two")
-    data = body(conversation(server))
+    data = body(new_conversation(server))
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=data) as response:
         stream = list(events(response))
     assert stream[-1].done
@@ -51,7 +54,7 @@ def test_a_client_that_left_gets_the_rest_including_what_came_while_it_was_away(
     server: ParleyServer, upstream: MockOpenAI
 ) -> None:
     upstream.queue(Reply(frames=text_frames(WORDS), delay=0.05))
-    conversation_id = conversation(server)
+    conversation_id = new_conversation(server)
     before = first_events(server, body(conversation_id), 4)
     wait_until(lambda: stored_text(server, conversation_id)[0].startswith("w0 w1 w2 w3 w4 "))
     assert before[-1].id is not None
@@ -67,7 +70,7 @@ def test_a_finished_reply_resumes_from_any_event(
     server: ParleyServer, upstream: MockOpenAI
 ) -> None:
     upstream.queue_text("alpha", " beta", " gamma")
-    data = body(conversation(server))
+    data = body(new_conversation(server))
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=data) as response:
         whole = list(events(response))
     for cut in range(1, len(whole)):
@@ -90,7 +93,7 @@ def test_after_a_restart_the_stored_reply_is_sent_whole(
     config = server_config(upstream)
     with ParleyServer(tmp_path, config) as first:
         upstream.queue_text("kept", " in the database")
-        data = body(conversation(first))
+        data = body(new_conversation(first))
         with httpx.stream("POST", f"{first.url}/v1/chat/completions", json=data) as response:
             whole = list(events(response))
     with ParleyServer(tmp_path, config) as second:  # its event log starts empty

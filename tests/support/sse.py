@@ -56,6 +56,11 @@ def text_of(stream: list[Event]) -> str:
     return "".join(event.text for event in stream)
 
 
+def new_conversation(server: ParleyServer) -> str:
+    """The id of a new, empty conversation on ``server``."""
+    return str(httpx.post(f"{server.url}/v1/conversations", json={}).json()["id"])
+
+
 def body(conversation_id: str) -> dict[str, Any]:
     return {
         "model": "fast",

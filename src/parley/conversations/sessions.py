@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05
 """How often a turn waiting for another instance's lease looks again."""
+RELEASE_SECONDS = 1.0
+"""How long a turn that must not supersede (approvals) waits for a lease to go: the
+reply that paused releases it just after it ends."""
 WAIT_MARGIN = 2.0
 """Past ``lease_seconds``, how much longer a turn waits for a lease to go."""
 
@@ -113,12 +116,13 @@ class Sessions:
         """The conversation's cluster lease, for this instance's next generation: once
         the one held elsewhere is superseded and gone (or lapsed)."""
         token = f"{self.cluster.instance}|{secrets.token_hex(6)}"
-        deadline = time.monotonic() + self.cluster.lease_seconds + WAIT_MARGIN
+        began = time.monotonic()
+        deadline = began + self.cluster.lease_seconds + WAIT_MARGIN
         signalled = False
         while not await self.cluster.claim(key, token):
-            if not supersede:
-                raise _running()
-            if not signalled:
+            if not supersede and time.monotonic() > began + RELEASE_SECONDS:
+                raise _running()  # (a reply that just paused lets go of it meanwhile)
+            if supersede and not signalled:
                 await self.cluster.send(Signal("supersede", *key))
                 signalled = True
             if time.monotonic() > deadline:
@@ -136,24 +140,25 @@ class Sessions:
         session = self._acquire(key)
         session.generation = generation
         token, session.lease = session.lease, None
-        holding = self._spawn(self._hold(key, token, generation))
+        tagged = f"{token or self.cluster.instance}|{generation.message_id}"
+        shared = self.cluster.shared
+        holding = self._spawn(self._hold(key, token, tagged)) if shared else None
 
         def ended(_: Generation) -> None:
             if session.generation is generation:
                 session.generation = None
-            holding.cancel()
+            if holding is not None:
+                holding.cancel()  # perhaps before it ran: the lease goes here
+                self._spawn(self._let_go(key, token, tagged))
             self._release(key, session)
 
         generation.when_done(ended)
 
-    async def _hold(self, key: Key, token: str | None, generation: Generation) -> None:
-        """The generation's cluster lease, tagged with its message id, renewed while it
-        runs and let go when it ends. (A new conversation has no lease from ``turn``:
-        it takes one here.)"""
+    async def _hold(self, key: Key, token: str | None, tagged: str) -> None:
+        """The generation's cluster lease, ``tagged`` with its message id and renewed
+        while it runs (cancelled when it ends). (A new conversation has no lease from
+        ``turn``: it takes one here.)"""
         cluster = self.cluster
-        if not cluster.shared:
-            return
-        tagged = f"{token or cluster.instance}|{generation.message_id}"
         try:
             if token is None:
                 await cluster.claim(key, tagged)
@@ -165,10 +170,18 @@ class Sessions:
                     log.warning("the lease of %s was lost; taking it again", key[1])
                     await cluster.claim(key, tagged)
         except asyncio.CancelledError:
-            await asyncio.shield(cluster.release(key, tagged))
             raise
         except Exception:
             log.exception("the lease of %s could not be kept", key[1])
+
+    async def _let_go(self, key: Key, token: str | None, tagged: str) -> None:
+        """The ended generation's lease, as ``turn`` took it or as ``_hold`` tagged it."""
+        try:
+            if token is not None:
+                await self.cluster.release(key, token)
+            await self.cluster.release(key, tagged)
+        except Exception:
+            log.warning("the lease of %s could not be let go; it lapses", key[1], exc_info=True)
 
     async def _until_gone(self, key: Key, held: str) -> None:
         """Until ``held`` no longer holds the lease (polled: Redis tells no one when a
