@@ -19,6 +19,7 @@ import pytest
 from tests.api.test_sessions import slow_reply, started_conversation, stream_in_thread
 from tests.conftest import server_config
 from tests.support import postgres
+from tests.support.proxy import proxied
 from tests.support.redis import running_redis
 from tests.support.server import ParleyServer
 from tests.support.sse import (
@@ -305,3 +306,42 @@ def test_a_usage_limit_holds_across_instances_under_concurrent_calls(
     answered = outcomes.count("answered")
     assert 1 <= answered <= 4, outcomes
     assert outcomes.count("usage_limit_exceeded") == 10 - answered
+
+
+def test_three_instances_behind_a_proxy_lose_nothing_acknowledged(
+    tmp_path: Path, upstream: MockOpenAI, redis_url: str
+) -> None:
+    """Every reply a client was given is stored as it saw it, whichever instance gave
+    it; the instance streaming a reply is killed, and the client resumes through the
+    proxy on another."""
+    database = postgres.new_database()
+    servers = [instance(tmp_path / name, upstream, database, redis_url) for name in "abc"]
+    with servers[0], servers[1], servers[2], proxied([s.port for s in servers]) as proxy:
+        no_reuse = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+        front = openai.OpenAI(
+            base_url=f"{proxy.url}/v1", api_key="sk-x", max_retries=0, http_client=no_reuse
+        )
+        seen: dict[str, tuple[str, str]] = {}
+        for n in range(9):
+            upstream.queue_text(f"answer {n}")
+            reply = front.chat.completions.create(
+                model="fast", messages=[{"role": "user", "content": f"question {n}"}]
+            )
+            conversation_id = (reply.model_extra or {})["parley"]["conversation_id"]
+            seen[conversation_id] = (f"question {n}", str(reply.choices[0].message.content))
+        assert set(proxy.served) == {s.port for s in servers}  # every instance answered
+
+        upstream.queue(Reply(frames=text_frames(WORDS), delay=0.1))
+        conversation_id = new_conversation(proxy)
+        before = first_events(proxy, body(conversation_id), 3)
+        [streaming] = [s for s in servers if s.port == proxy.served[-1]]
+        os.kill(streaming.process.pid, signal.SIGKILL)
+        assert before[-1].id is not None
+        rest = resume(proxy, before[-1].id)
+        assert rest[-1].done
+        assert rest[-2].json()["error"]["code"] == "interrupted"
+
+        for conversation_id, (question, answer) in seen.items():
+            stored = httpx.get(f"{proxy.url}/v1/conversations/{conversation_id}").json()
+            said = [(m["role"], m["content"], m["status"]) for m in stored["messages"]]
+            assert said == [("user", question, "complete"), ("assistant", answer, "complete")]

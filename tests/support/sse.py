@@ -6,11 +6,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from tests.support.server import ParleyServer
+
+class Served(Protocol):
+    """A server, or a proxy in front of several: where requests go."""
+
+    @property
+    def url(self) -> str: ...
+
 
 WORDS = [f"w{i} " for i in range(30)]
 """A reply long enough to leave in the middle of (with a delay between its chunks)."""
@@ -56,7 +62,7 @@ def text_of(stream: list[Event]) -> str:
     return "".join(event.text for event in stream)
 
 
-def new_conversation(server: ParleyServer) -> str:
+def new_conversation(server: Served) -> str:
     """The id of a new, empty conversation on ``server``."""
     return str(httpx.post(f"{server.url}/v1/conversations", json={}).json()["id"])
 
@@ -70,7 +76,7 @@ def body(conversation_id: str) -> dict[str, Any]:
     }
 
 
-def first_events(server: ParleyServer, data: dict[str, Any], count: int) -> list[Event]:
+def first_events(server: Served, data: dict[str, Any], count: int) -> list[Event]:
     """Read ``count`` events of a new streamed reply, then hang up."""
     got: list[Event] = []
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=data) as response:
@@ -82,7 +88,7 @@ def first_events(server: ParleyServer, data: dict[str, Any], count: int) -> list
     return got
 
 
-def resume(server: ParleyServer, last_event_id: str, **headers: str) -> list[Event]:
+def resume(server: Served, last_event_id: str, **headers: str) -> list[Event]:
     url = f"{server.url}/v1/chat/completions"
     sent = {"last-event-id": last_event_id, **headers}
     with httpx.stream("POST", url, json={}, headers=sent, timeout=30) as response:
