@@ -5,14 +5,16 @@ conversation kept by Parley behind the door; Anthropic's error bodies."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
+from tests.conftest import server_config
 from tests.support.server import ParleyServer
 
-from parley.testing.mock_openai import MockOpenAI
+from parley.testing.mock_openai import MockOpenAI, Reply, text_frames
 
 WEATHER = {
     "name": "get_weather",
@@ -248,3 +250,25 @@ def test_a_tool_result_with_an_image(client: anthropic.Anthropic, upstream: Mock
     image = sent[-1]["content"][0]
     assert sent[-1]["role"] == "user"
     assert image["image_url"]["url"] == f"data:image/png;base64,{pixel}"
+
+
+def test_a_quiet_stream_gets_anthropic_pings_and_no_event_ids(
+    upstream: MockOpenAI, tmp_path: Path
+) -> None:
+    """Chat completions' event ids (and their keep-alive line) are for that API's
+    clients: this route's stream is Anthropic's, with its own ping events."""
+    config = server_config(upstream, server={"keepalive_seconds": 0.05})
+    with ParleyServer(tmp_path, config) as quiet:
+        upstream.queue(Reply(frames=text_frames(["slow", " one"]), delay=0.3))
+        body = {
+            "model": "fast",
+            "max_tokens": 64,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        with httpx.stream("POST", f"{quiet.url}/v1/messages", json=body) as response:
+            raw = response.read()
+    assert b"event: ping" in raw
+    assert b"\nid:" not in raw
+    assert not raw.startswith(b"id:")
+    assert b"event: message_stop" in raw

@@ -73,7 +73,7 @@ async def create_message(request: Request) -> Response:
     caller = await state.auth.caller(request)
     data = await read_json_object(request, state)
     body = to_chat(data)
-    inner = await answer(state, request, caller, body, source="anthropic.messages")
+    inner = await answer(state, request, caller, body, source="anthropic.messages", resumable=False)
     translator = StreamTranslator() if body.get("stream") else None
     return Translated(inner, translator, _rewritten)
 

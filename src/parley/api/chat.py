@@ -139,11 +139,14 @@ async def answer(
     create_missing: bool = False,
     dialect: Dialect = OPENAI,
     header: Sequence[dict[str, Any]] = (),
+    resumable: bool = True,
     **changes: Any,
 ) -> Response:
     """The chat-completions answer to the request body ``data`` (its turn changed by
     ``changes``: a route's anchor, for one), its Chatchat ``status`` numbered as
-    ``dialect`` says and ``header``'s chunks first (see ``replies.stream_response``)."""
+    ``dialect`` says and ``header``'s chunks first (see ``replies.stream_response``).
+    ``resumable``: a stream's events carry ids (not for the routes that translate the
+    stream into another API's events, whose clients never see them)."""
     check_counts(data, state.settings.chat)
     body = chat_request(data)
     turn = to_turn(
@@ -159,7 +162,9 @@ async def answer(
     if changes:
         turn = replace(turn, **changes)
     generation = await state.service.prepare(turn)
-    return await respond(state, request, body, generation, dialect=dialect, header=header)
+    return await respond(
+        state, request, body, generation, dialect=dialect, header=header, resumable=resumable
+    )
 
 
 def retries_itself(request: Request) -> bool:
@@ -210,6 +215,7 @@ async def respond(
     *,
     dialect: Dialect = OPENAI,
     header: Sequence[dict[str, Any]] = (),
+    resumable: bool = True,
 ) -> Response:
     """Run a prepared generation as the chat-completions response ``body`` asked for."""
     options = body.stream_options
@@ -224,7 +230,7 @@ async def respond(
             legacy=legacy,
             dialect=dialect,
             header=header,
-            resumable=dialect is OPENAI,
+            resumable=resumable and dialect is OPENAI,
         )
     return await collect(state, generation, request, legacy=legacy, dialect=dialect, header=header)
 

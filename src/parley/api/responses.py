@@ -103,7 +103,13 @@ async def create_response(request: Request) -> Response:
     if not store:
         body["store"] = False
     inner = await answer(
-        state, request, caller, body, source="responses", create_missing=create_missing
+        state,
+        request,
+        caller,
+        body,
+        source="responses",
+        create_missing=create_missing,
+        resumable=False,
     )
     translator = StreamTranslator(data) if data.get("stream") else None
     return Translated(inner, translator, partial(_rewritten, data))
