@@ -29,7 +29,8 @@ from parley.knowledge.index import (
 )
 from parley.knowledge.pgvector import vector_search
 from parley.knowledge.types import Chunk, Hit, KbRef
-from parley.knowledge.vectors import VectorIndexes, VectorSearch
+from parley.knowledge.vector_search import VectorSearch
+from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents, knowledge_bases
 from tests.support.engines import sqlite_only

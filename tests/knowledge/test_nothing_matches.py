@@ -16,7 +16,7 @@ from parley.knowledge import background, lexical
 from parley.knowledge.e5 import E5_MODEL_ID, E5Embedder
 from parley.knowledge.index import hybrid_search
 from parley.knowledge.pgvector import vector_search
-from parley.knowledge.vectors import VectorSearch
+from parley.knowledge.vector_search import VectorSearch
 from parley.settings import default_cache_dir
 from parley.store.database import Database
 from tests.knowledge.test_index import MODEL, add_base, add_document, ref, unit

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select
 from parley.knowledge import lexical
 from parley.knowledge.e5 import E5_MODEL_ID
 from parley.knowledge.pgvector import vector_search
-from parley.knowledge.vectors import MIN_SCRIPT_ROWS, VectorSearch
+from parley.knowledge.vector_search import MIN_SCRIPT_ROWS, VectorSearch
 from parley.settings import Settings
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents

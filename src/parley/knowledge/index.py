@@ -51,7 +51,7 @@ from parley.knowledge.background import Floors
 from parley.knowledge.fusion import LEXICAL_WEIGHT, fuse_scores
 from parley.knowledge.pgvector import vector_text
 from parley.knowledge.types import Chunk, Hit, KbRef
-from parley.knowledge.vectors import VectorSearch
+from parley.knowledge.vector_search import VectorSearch
 from parley.store.database import Database
 from parley.store.schema import kb_chunks, kb_documents
 

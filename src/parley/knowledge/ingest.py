@@ -41,7 +41,7 @@ from parley.knowledge.fair_queue import FairQueue, Resume, Start
 from parley.knowledge.indexing import IndexJob, document_path
 from parley.knowledge.reading import Extractor
 from parley.knowledge.types import Embedder
-from parley.knowledge.vectors import VectorSearch
+from parley.knowledge.vector_search import VectorSearch
 from parley.store.database import Database
 from parley.store.knowledge import KnowledgeStore
 

@@ -13,7 +13,7 @@ miss their nearest). ``hnsw.ef_search`` is raised to the number of rows asked fo
 
 For a cross-lingual model (``vectors.CROSS_LINGUAL``) each script's best rows are read
 apart and standardised by the spread of the whole base's cosines, which one aggregate
-reads: the rescaling of ``vectors.py``, on what the database computed.
+reads: the rescaling of ``vector_search.py``, on what the database computed.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from sqlalchemy import Connection, bindparam, text
 
 from parley.knowledge.background import Floors
 from parley.knowledge.types import KbRef
-from parley.knowledge.vectors import (
+from parley.knowledge.vector_search import (
     CROSS_LINGUAL,
     ScriptSpread,
-    VectorIndexes,
     VectorSearch,
     rescale_by_script,
     unit_query,
 )
+from parley.knowledge.vectors import VectorIndexes
 from parley.store.database import Database
 
 if TYPE_CHECKING:
