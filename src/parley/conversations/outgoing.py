@@ -44,7 +44,6 @@ What does not belong here: the summariser itself (``rolling.py``), SQL
 from __future__ import annotations
 
 import logging
-import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -57,9 +56,6 @@ from parley.conversations.ocr import ModelOcr, current_turn
 from parley.conversations.pipelines import Pipelines, default_pipeline_acts
 from parley.conversations.reach import MemoryRetrieval
 from parley.conversations.rolling import (
-    MAX_TOKENS_FACTOR,
-    REJECT_FACTOR,
-    ContextPlan,
     Entry,
     Estimate,
     SummaryRecord,
@@ -67,10 +63,9 @@ from parley.conversations.rolling import (
     context_threshold,
     estimate_message,
     plan_context,
-    record_for,
-    summarise,
     summary_applies,
 )
+from parley.conversations.summary_writer import SummaryWriter
 from parley.documents.types import DocumentLimits
 from parley.errors import Conflict, InvalidRequest, NotFound, ParleyError, ProviderError
 from parley.interceptors.protocol import TurnInfo
@@ -104,9 +99,6 @@ log = logging.getLogger(__name__)
 
 UNSAVED = "unsaved:"
 """The id prefix of the turn's new messages while planning (stored ids never have it)."""
-PROMPT_RESERVE_TOKENS = 600
-"""Room kept for the summariser's own instructions when sizing its segments."""
-MIN_SEGMENT_TOKENS = 256
 """Input pipelines kept, one per assistant version (their document caches live on)."""
 
 SUMMARY_FAILED_NOTE = (
@@ -152,6 +144,7 @@ class OutgoingBuilder:
         self._memory = memory
         self._registry = registry
         self._completer = completer
+        self._writer = SummaryWriter(settings, registry, completer)
         self._summaries = summaries
         self._store = store
         self._tools = tools
@@ -342,7 +335,7 @@ class OutgoingBuilder:
             notes.append(LOCAL_NO_SUMMARY_NOTE)
             return list(plan.system + plan.window), plan.summary
         try:
-            record, written_by = await self._summarise(plan, model, turn, None, None)
+            record, written_by = await self._writer.write(plan, model, turn, None, None)
         except Exception as exc:  # a failed summary never fails the turn
             log.warning(
                 "conversation %s: summarising %d messages failed (%s); sending the recent "
@@ -400,9 +393,9 @@ class OutgoingBuilder:
                 "are left" + (" after the current summary" if previous is not None else ""),
                 code="nothing_to_summarise",
             )
-        writers = self._summary_models(model, summary_model)
+        writers = self._writer.models(model, summary_model)
         try:
-            record, written_by = await self._summarise(plan, model, turn, wanted, writers)
+            record, written_by = await self._writer.write(plan, model, turn, wanted, writers)
         except SummaryRejected as exc:
             raise ProviderError(
                 f"the model's summary was rejected: {exc.message}",
@@ -449,66 +442,6 @@ class OutgoingBuilder:
             ):
                 return record
         return None
-
-    async def _summarise(
-        self,
-        plan: ContextPlan,
-        model: ResolvedModel,
-        turn: TurnInfo,
-        instructions: str | None,
-        writers: list[ResolvedModel] | None,
-    ) -> tuple[SummaryRecord, str]:
-        """(the new record for ``plan``, the public name of the model that wrote it)."""
-        models = writers or self._summary_models(model)
-        answered: list[str] = []
-
-        async def complete(prompt: list[Message], max_tokens: int) -> str:
-            completion = await self._completer.complete(
-                models, prompt, max_tokens=max_tokens, purpose="summary", turn=turn
-            )
-            answered.append(completion.model)
-            return completion.text
-
-        previous = plan.summary.text if plan.summary is not None else None
-        text = await summarise(
-            [m for _, m in plan.summarise if m.parts],
-            previous,
-            complete,
-            target_tokens=plan.target_tokens,
-            segment_tokens=self._segment_tokens(models[0], plan.target_tokens),
-            instructions=instructions,
-        )
-        record = record_for(plan, text, instructions=instructions)
-        return record, answered[-1] if answered else models[0].public_name
-
-    def _summary_models(
-        self, model: ResolvedModel, chosen: ResolvedModel | None = None
-    ) -> list[ResolvedModel]:
-        """The summariser and its fallbacks: ``chosen``, else ``context.summary_model``,
-        else ``chat.fast_model``, else the conversation's model."""
-        writer = chosen
-        name = self._settings.context.summary_model or self._settings.chat.fast_model
-        if writer is None and name:
-            try:
-                writer = self._registry.resolve(name)
-            except ParleyError as exc:
-                log.warning("summary model %r: %s; using %s", name, exc, model.public_name)
-        return self._registry.with_fallbacks(writer or model)
-
-    def _segment_tokens(self, writer: ResolvedModel, target: int) -> int:
-        """``context.segment_tokens``, less when a segment, the running summary, the
-        reply and the instructions would not fit the summariser's window."""
-        configured = self._settings.context.segment_tokens
-        window = writer.context_tokens
-        if not window:
-            return configured
-        room = (
-            window
-            - MAX_TOKENS_FACTOR * target
-            - math.ceil(REJECT_FACTOR * target)
-            - PROMPT_RESERVE_TOKENS
-        )
-        return max(min(configured, room), MIN_SEGMENT_TOKENS)
 
     def _with_prompt(
         self,
